@@ -38,6 +38,7 @@ from shipyard.render.network_policy import LABEL_NETWORK, build_network_objects
 from shipyard.render.phase_bundle import build_phase_bundle
 from shipyard.render.pod import (
     RUNNER_PATH,
+    SECRETS_CONTAINER,
     build_logs_configmap,
     build_runner_configmap,
     pod_name_for,
@@ -408,8 +409,11 @@ class TrialDriver:
                 argv.append(str(len(stdin)))
         except PodGone:
             return None
+        secrets = args[0] == "launch" and phase.secrets and bool(plan.secret_names)
         for attempt in range(EXEC_ATTEMPTS):
             try:
+                if secrets:
+                    await self.put_secrets(pod_name, phase_id)
                 res = await self.call(exec_in_pod, self.namespace, pod_name, argv, stdin)
                 if res.exit_code != 0:
                     stderr = res.stderr.decode(errors="replace")[-500:]
@@ -435,6 +439,16 @@ class TrialDriver:
         )
         await self.save(status, outcome)
         return None
+
+    async def put_secrets(self, pod_name: str, phase_id: str) -> None:
+        """The agent's Secret files into the phase's drop, copied inside the pod by its
+        `secrets` container: the operator never reads a Secret, no value is on a command line."""
+        argv = ["/bin/sh", RUNNER_PATH, "put-secrets", phase_id]
+        res = await self.call(exec_in_pod, self.namespace, pod_name, argv, None,
+                              SECRETS_CONTAINER)
+        if res.exit_code != 0:
+            raise RunnerProtocolError(
+                f"put-secrets exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
 
     async def finish(self, keep: bool) -> None:
         if not keep:

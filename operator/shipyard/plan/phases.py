@@ -547,6 +547,7 @@ def verifier_phase(
     script = task.test_script(step)
     prepare = "" if separate else "".join(_collect_hook(h) for h in collect_hooks)
     prepare += f"rm -f -- {REWARD_TXT} {REWARD_JSON}\n"
+    prepare += "rm -rf /solution\n"  # the oracle's files are for its agent phase only
     payload: dict[str, bytes] = {}
     if not step_plan.bundled_tests:
         prepare += (f"rm -rf /tests && mkdir -p /tests && cp -a {PAYLOAD}/tests/. /tests/\n")
