@@ -424,6 +424,13 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
         rec.message = f"Agent execution timed out after {spec.timeout_sec:g} seconds"
         outcome.events.append(("Warning", "AgentTimeout", rec.message + "; verifying anyway"))
         return "AgentTimeoutError", rec.message
+    if result.oom_killed:
+        rec.state = "Failed"
+        rec.message = (f"OOMKilled: the agent reached the task's memory limit (memory_mb); the "
+                       f"kernel killed {result.oom_killed} of its processes (exit code "
+                       f"{result.exit_code})")
+        outcome.events.append(("Warning", "OOMKilled", rec.message + "; verifying anyway"))
+        return "OOMKilled", rec.message
     if result.exit_code != 0:
         rec.message = f"agent exited with code {result.exit_code}"
         outcome.events.append(("Normal", "AgentFinished", rec.message + "; verifying"))
@@ -623,7 +630,8 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: str, pod: PodObserv
     if not pod.exists:
         return "PodLost", f"the {what} pod {pod_name(status, role)} was deleted"
     if pod.lost:
-        return "PodLost", pod.lost.replace("environment pod", f"{what} pod")
+        reason = "OOMKilled" if "(OOMKilled," in pod.lost else "PodLost"
+        return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
         return "ImagePullFailed", pod.image_pull_error
     if pod.config_error:

@@ -47,6 +47,7 @@ status() {
   if [ ! -d "$s" ]; then echo "state=none"; return; fi
   if [ -f "$s/done" ]; then
     echo "state=done rc=$(cat "$s/rc") timed_out=$(cat "$s/timed_out" 2>/dev/null || echo 0)" \
+      "oom_killed=$(cat "$s/oom_killed" 2>/dev/null || echo 0)" \
       "started=$(cat "$s/started") finished=$(cat "$s/finished")"
   elif supervisor_lost "$s"; then
     finish "$1" 125 0 "shipyard runner: the supervisor of phase $1 disappeared"
@@ -148,6 +149,7 @@ supervise() {
   else
     set -- sh -c "$inner"
   fi
+  oom_before=$(oom_kills)
   setsid "$@" >>"$s/output" 2>&1 </dev/null &
   child=$!
   echo "$child" >"$s/pid"
@@ -166,6 +168,7 @@ supervise() {
   rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
   sweep
+  echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
   [ -f "$s/timed_out.pending" ] && timed_out=1
   tail -c "$OUTPUT_LIMIT" "$s/output" >"$s/output.tail" 2>/dev/null && mv "$s/output.tail" "$s/output"
@@ -243,6 +246,14 @@ wait_done() {
 
 ready() { [ ! -f "$STATE/running" ]; }
 
+# How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
+oom_kills() {
+  for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+    if [ -r "$f" ]; then awk '$1 == "oom_kill" {print $2; found = 1} END {if (!found) print 0}' "$f"; return; fi
+  done
+  echo 0
+}
+
 # The start time of a process, in clock ticks since boot (field 22 of /proc/PID/stat).
 start_ticks() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; }
 
@@ -304,10 +315,23 @@ put_secrets() {
     [ -d "$dir" ] || continue
     (umask 077 && mkdir -p "$d/${dir##*/}")
     for f in "$dir"/*; do
-      [ -f "$f" ] && (umask 077 && cat "$f" >"$d/${dir##*/}/${f##*/}")
+      [ -f "$f" ] || continue
+      (umask 077 && cat "$f" >"$d/${dir##*/}/${f##*/}" && encoded "$f" >>"$d/.encoded")
     done
   done
   echo "secrets=ok"
+}
+
+# encoded FILE: its content's base64 forms, redacted too (as is, with a newline, and the core
+# that a longer base64 text holds at each of the other two alignments).
+encoded() {
+  for nl in "" "
+"; do
+    for pad in "" x xx; do
+      { printf %s "$pad"; cat "$1"; printf %s "$nl"; } | base64 | tr -d '\n=' | awk -v pad="$pad" '
+        { if (pad == "") print; else if (length($0) > 8) print substr($0, 5, length($0) - 8) }'
+    done
+  done
 }
 
 cmd=${1:-}

@@ -399,6 +399,21 @@ def test_secrets_are_exported_to_the_phase_and_redacted_from_its_output(runner: 
     assert "sk-live" not in runner.run("result", "p1").stdout.decode()
 
 
+def test_base64_forms_of_secrets_are_redacted(runner: Runner) -> None:
+    import base64
+
+    value = "sk-live-0123456789abcdef"
+    mount_secret(runner.root, 0, {"API_KEY": value})
+    command = ('echo "$API_KEY" | base64; printf %s "$API_KEY" | base64; '
+               'printf "a%s" "$API_KEY" | base64; printf "ab%s\\n" "$API_KEY" | base64\n')
+    output = runner.run_phase(phase(command, secrets=True)).output
+    for raw in (value.encode(), value.encode() + b"\n"):
+        for pad in (b"", b"a", b"ab"):
+            text = base64.b64encode(pad + raw).decode().rstrip("=")
+            core = text[4:-4] if pad else text
+            assert core not in output.replace("\n", ""), (pad, raw)
+
+
 def test_secrets_are_not_exported_to_phases_that_do_not_ask(runner: Runner) -> None:
     mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
     result = runner.run_phase(phase('echo "key=${API_KEY:-unset}"'))
