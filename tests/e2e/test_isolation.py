@@ -145,3 +145,28 @@ def test_an_agent_over_its_memory_is_oom_killed_and_reported(shipyard):
         assert "OOMKilled" in {e.reason for e in shipyard.events("small-hog")}
     else:
         assert condition(trial, "Failed")["reason"] == "OOMKilled", status
+
+
+def test_the_apiserver_is_unreachable_from_a_public_trial(shipyard):
+    """Under `public` (egress anywhere) the apiserver's Service IP and endpoints stay blocked.
+    The probe's own control: a server in the pod answers the same probe."""
+    svc = shipyard.core.read_namespaced_service("kubernetes", "default")
+    endpoints = shipyard.core.read_namespaced_endpoints("kubernetes", "default")
+    targets = [(svc.spec.cluster_ip, 443)] + [
+        (a.ip, p.port) for s in endpoints.subsets for a in s.addresses for p in s.ports]
+    control = ("127.0.0.1", 8765)
+
+    def probe(host: str, port: int) -> str:
+        return (f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), "
+                f"timeout=3)\" 2>/dev/null && echo 'reached {host}:{port}' "
+                f"|| echo 'blocked {host}:{port}'")
+    command = ("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &\nsleep 1\n"
+               + "\n".join(probe(*t) for t in [control, *targets]))
+    shipyard.task("noapi", task_files("echo 1 > /logs/verifier/reward.txt\n"))
+    shipyard.trial("noapi-cmd", "noapi", {"name": "command", "command": command})
+    trial = shipyard.wait("noapi-cmd", timeout=120)
+    log = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                   shipyard.namespace).data["agent.log"]
+    assert "reached 127.0.0.1:8765" in log, log
+    for host, port in targets:
+        assert f"blocked {host}:{port}" in log, log

@@ -483,7 +483,8 @@ def task_environ() -> dict[str, str]:
 def operator_network_settings() -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
     return settings_from_env(
-        os.environ, kube_network.discovered_fqdn_apis(), kube_network.node_ip_families()
+        os.environ, kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
+        kube_network.apiserver_addresses(),
     )
 
 

@@ -48,6 +48,7 @@ SETTING_ENV = {
     "blocked_cidrs": "SHIPYARD_BLOCKED_EGRESS_CIDRS",
     "dns_cidrs": "SHIPYARD_DNS_EGRESS_CIDRS",
     "ip_families": "SHIPYARD_IP_FAMILIES",
+    "block_apiserver": "SHIPYARD_BLOCK_APISERVER",
 }
 
 
@@ -191,16 +192,38 @@ def _cidrs(name: str, text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def apiserver_blocks(environ: Mapping[str, str], addresses: Collection[str]) -> tuple[str, ...]:
+    """The apiserver's addresses as CIDRs blocked even under `public` (its Service IP and
+    endpoints: a trial pod has no business with the cluster's API), unless
+    SHIPYARD_BLOCK_APISERVER=false (the documented opt-out)."""
+    name = SETTING_ENV["block_apiserver"]
+    raw = environ.get(name, "true").strip().lower()
+    if raw not in ("true", "false", "1", "0", "yes", "no"):
+        raise NetworkSettingError(f"{name}={environ[name]!r}: expected true or false")
+    if raw in ("false", "0", "no"):
+        return ()
+    out = []
+    for address in sorted(addresses):
+        try:
+            out.append(ip_network(address).compressed if "/" in address else ip_network(
+                f"{address}/{128 if ':' in address else 32}").compressed)
+        except ValueError:
+            continue
+    return tuple(out)
+
+
 def settings_from_env(
     environ: Mapping[str, str],
     discovered: Collection[str] = (),
     node_families: Collection[str] = IP_FAMILIES,
+    apiserver: Collection[str] = (),
 ) -> NetworkSettings:
     """Settings from the operator's environment.
 
-    `discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``) and
+    `discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``),
     `node_families` the IP families of the nodes' addresses (for
-    ``SHIPYARD_IP_FAMILIES=auto``, the default).
+    ``SHIPYARD_IP_FAMILIES=auto``, the default) and `apiserver` the apiserver's Service IP
+    and endpoint addresses (blocked unless ``SHIPYARD_BLOCK_APISERVER=false``).
     """
     backend = choose_fqdn_backend(environ.get(FQDN_BACKEND_ENV), discovered)
     blocked_env, dns_env = SETTING_ENV["blocked_cidrs"], SETTING_ENV["dns_cidrs"]
@@ -224,6 +247,7 @@ def settings_from_env(
                 f"{families_env}={raw!r}: expected auto, IPv4, IPv6 or IPv4,IPv6"
             )
         families = frozenset(f for f in chosen if f)
+    blocked += tuple(c for c in apiserver_blocks(environ, apiserver) if c not in blocked)
     return NetworkSettings(backend, blocked, dns, families)
 
 
