@@ -170,3 +170,28 @@ def test_the_apiserver_is_unreachable_from_a_public_trial(shipyard):
     assert "reached 127.0.0.1:8765" in log, log
     for host, port in targets:
         assert f"blocked {host}:{port}" in log, log
+
+
+def test_a_missing_secret_fails_the_trial_within_seconds_naming_it(shipyard):
+    import time
+
+    shipyard.task("needs-key", task_files("echo 1 > /logs/verifier/reward.txt\n"))
+    began = time.monotonic()
+    shipyard.trial("needs-key-cmd", "needs-key", {
+        "name": "command", "command": "true",
+        "envFrom": [{"secretRef": {"name": "no-such-key"}}]})
+    trial = shipyard.wait("needs-key-cmd", timeout=60)
+    assert time.monotonic() - began < 30
+    failed = condition(trial, "Failed")
+    assert failed["reason"] == "SecretNotFound", trial["status"]
+    assert 'spec.agent.envFrom[0].secretRef.name: Secret "no-such-key" not found' in \
+        failed["message"], failed
+
+
+def test_a_non_positive_timeout_makes_the_task_not_ready_naming_the_field(shipyard):
+    shipyard.task("negative", task_files("echo 1 > /logs/verifier/reward.txt\n",
+                                         agent_timeout=-5))
+    ready = condition(shipyard.wait_task("negative"), "Ready")
+    assert ready["status"] == "False", ready
+    assert "task.toml" in ready["message"] and "agent.timeout_sec" in ready["message"], ready
+    assert "greater than 0" in ready["message"], ready

@@ -413,7 +413,12 @@ class TrialDriver:
         for attempt in range(EXEC_ATTEMPTS):
             try:
                 if secrets:
-                    await self.put_secrets(pod_name, phase_id)
+                    missing = await self.put_secrets(pod_name, phase_id)
+                    if missing:
+                        await self.save(*machine.fail(
+                            self.status, "SecretNotFound", missing_secrets_message(
+                                plan.secret_names, missing, self.namespace), now()))
+                        return None
                 res = await self.call(exec_in_pod, self.namespace, pod_name, argv, stdin)
                 if res.exit_code != 0:
                     stderr = res.stderr.decode(errors="replace")[-500:]
@@ -440,7 +445,7 @@ class TrialDriver:
         await self.save(status, outcome)
         return None
 
-    async def put_secrets(self, pod_name: str, phase_id: str) -> None:
+    async def put_secrets(self, pod_name: str, phase_id: str) -> list[int]:
         """The agent's Secret files into the phase's drop, copied inside the pod by its
         `secrets` container: the operator never reads a Secret, no value is on a command line."""
         argv = ["/bin/sh", RUNNER_PATH, "put-secrets", phase_id]
@@ -449,6 +454,11 @@ class TrialDriver:
         if res.exit_code != 0:
             raise RunnerProtocolError(
                 f"put-secrets exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
+        fields = dict(p.split("=", 1) for p in res.stdout.decode(errors="replace").split()
+                      if "=" in p)
+        if fields.get("secrets") not in ("ok", "missing"):
+            raise RunnerProtocolError(f"put-secrets answered {res.stdout[:200]!r}")
+        return [int(i) for i in fields.get("missing", "").split(",") if i.isdigit()]
 
     async def finish(self, keep: bool) -> None:
         if not keep:
@@ -469,6 +479,13 @@ class TrialDriver:
                 message=cond.message,
             )
         await self.save(status)
+
+
+def missing_secrets_message(names: tuple[str, ...], missing: list[int], namespace: str) -> str:
+    listed = ", ".join(f'spec.agent.envFrom[{i}].secretRef.name: Secret "{names[i]}"'
+                       for i in missing if i < len(names))
+    return (f"{listed} not found (or without keys) in namespace {namespace}; create it, "
+            "then run the trial again")
 
 
 def task_environ() -> dict[str, str]:

@@ -139,7 +139,10 @@ def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
         dict[str, Any], list[dict[str, Any]]]:
     """The container that alone mounts the agent's Secrets, and their volumes. It only sleeps;
     the operator runs `runner put-secrets PHASE` in it before a phase that needs them."""
-    volumes = [{"name": f"secret-{i}", "secret": {"secretName": n, "defaultMode": 0o400}}
+    # optional: a missing Secret does not hold the pod in ContainerCreating until the start
+    # timeout; `put-secrets` finds its folder empty and the trial fails with SecretNotFound.
+    volumes = [{"name": f"secret-{i}", "secret": {"secretName": n, "defaultMode": 0o400,
+                                                  "optional": True}}
                for i, n in enumerate(secret_names)]
     container = {
         "name": SECRETS_CONTAINER,

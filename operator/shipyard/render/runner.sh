@@ -307,19 +307,23 @@ sweep() {
 }
 
 # put-secrets ID (run in the `secrets` container): the mounted Secret files, copied into the
-# drop of phase ID for its supervisor (root only; the next launch deletes the drop).
+# drop of phase ID for its supervisor (root only; the next launch deletes the drop). Prints
+# `secrets=ok`, or `secrets=missing missing=I,J` naming the volumes (envFrom indexes) that are
+# empty: their Secrets do not exist (the volumes are optional so that this is said at once).
 put_secrets() {
-  d=$DROPS/$1
+  d=$DROPS/$1 missing=""
   mkdir -p "$DROPS" && chmod 711 "$DROPS" && rm -rf "$d" && (umask 077 && mkdir -p "$d")
   for dir in "$SECRETS_SRC"/*; do
     [ -d "$dir" ] || continue
+    # An optional Secret volume of a Secret that does not exist is an empty folder.
+    [ -n "$(ls "$dir" 2>/dev/null)" ] || missing="$missing${missing:+,}${dir##*/}"
     (umask 077 && mkdir -p "$d/${dir##*/}")
     for f in "$dir"/*; do
       [ -f "$f" ] || continue
       (umask 077 && cat "$f" >"$d/${dir##*/}/${f##*/}" && encoded "$f" >>"$d/.encoded")
     done
   done
-  echo "secrets=ok"
+  if [ -n "$missing" ]; then echo "secrets=missing missing=$missing"; else echo "secrets=ok"; fi
 }
 
 # encoded FILE: its content's base64 forms, redacted too (as is, with a newline, and the core

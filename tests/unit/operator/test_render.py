@@ -131,7 +131,7 @@ def test_secrets_are_mounted_only_into_the_secrets_container_one_folder_each() -
     pod = render(trial_body(**spec))
     for i, name in enumerate(["openai", "anthropic"]):
         assert volumes(pod)[f"secret-{i}"]["secret"] == {"secretName": name,
-                                                         "defaultMode": 0o400}
+                                                         "defaultMode": 0o400, "optional": True}
         assert mounts(pod, "secrets")[f"secret-{i}"] == {
             "name": f"secret-{i}", "readOnly": True, "mountPath": f"/run/shipyard-secrets/{i}"}
         assert f"secret-{i}" not in mounts(pod)

@@ -452,6 +452,15 @@ def test_redaction_ends_when_a_secret_value_occurs_in_the_marker(runner: Runner)
     assert parse_runner_output(res.stdout.decode()).output == "value=[REDACTED]\n"
 
 
+def test_put_secrets_names_the_empty_volumes_of_missing_secrets(runner: Runner) -> None:
+    mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
+    (runner.root / "secrets" / "1").mkdir()  # an optional volume whose Secret is missing
+    mount_secret(runner.root, 2, {"OTHER": "x"})
+    (runner.root / "secrets" / "3").mkdir()
+    assert runner.run("put-secrets", "p1").stdout.decode().split() == [
+        "secrets=missing", "missing=1,3"]
+
+
 def test_the_next_phase_finds_no_secret_files(runner: Runner) -> None:
     mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
     runner.run_phase(phase('echo "$API_KEY" >/dev/null', secrets=True), "agent")
