@@ -172,7 +172,7 @@ def test_the_apiserver_is_unreachable_from_a_public_trial(shipyard):
         assert f"blocked {host}:{port}" in log, log
 
 
-def test_a_missing_secret_fails_the_trial_within_seconds_naming_it(shipyard):
+def test_a_missing_secret_fails_the_trial_within_seconds_naming_it(cluster, shipyard):
     import time
 
     shipyard.task("needs-key", task_files("echo 1 > /logs/verifier/reward.txt\n"))
@@ -186,6 +186,9 @@ def test_a_missing_secret_fails_the_trial_within_seconds_naming_it(shipyard):
     assert failed["reason"] == "SecretNotFound", trial["status"]
     assert 'spec.agent.envFrom[0].secretRef.name: Secret "no-such-key" not found' in \
         failed["message"], failed
+    # `kubectl get trials` shows why, without -o wide.
+    printed = cluster.kubectl_run("-n", shipyard.namespace, "get", "trials").stdout
+    assert "REASON" in printed and "SecretNotFound" in printed, printed
 
 
 def test_a_non_positive_timeout_makes_the_task_not_ready_naming_the_field(shipyard):
