@@ -80,6 +80,8 @@ MAX_NAME = 63  # a pod name, a label value
 
 RUNNER_MOUNT = "/shipyard/bin"
 RUNNER_PATH = f"{RUNNER_MOUNT}/runner"
+SECRETS_CONTAINER = "secrets"
+"""The trial pod container that alone mounts the agent's Secrets (`render.pod`)."""
 """Where every trial pod has the in-pod runner (`shipyard/render/runner.sh`), which the
 operator's execs call."""
 

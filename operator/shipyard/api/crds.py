@@ -155,7 +155,7 @@ def trial_crd() -> dict[str, Any]:
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Reward", "type": "number", "jsonPath": ".status.reward"},
             {"name": "Current", "type": "string", "jsonPath": ".status.currentPhase"},
-            {"name": "Reason", "type": "string", "priority": 1,
+            {"name": "Reason", "type": "string",  # why it failed, in the default view
              "jsonPath": ".status.conditions[?(@.status=='True')].reason"},
             {"name": "Model", "type": "string", "priority": 1, "jsonPath": ".spec.agent.model"},
             {"name": "Cost", "type": "number", "priority": 1,

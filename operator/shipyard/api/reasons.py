@@ -32,6 +32,8 @@ class Reason(StrEnum):
     IMAGE_PULL_FAILED = "ImagePullFailed"
     UNSCHEDULABLE = "Unschedulable"
     POD_LOST = "PodLost"
+    OOM_KILLED = "OOMKilled"
+    SECRET_NOT_FOUND = "SecretNotFound"
     CANCELLED = "Cancelled"
     # ---- a Trial's Running condition while it runs
     ENVIRONMENT_STARTING = "EnvironmentStarting"
@@ -82,7 +84,8 @@ REASONS_FAILED = frozenset({
     Reason.HEALTHCHECK_FAILED, Reason.ENVIRONMENT_START_TIMEOUT,
     Reason.ENVIRONMENT_SETUP_FAILED, Reason.STEP_FAILED, Reason.NETWORK_POLICY_UNENFORCEABLE,
     Reason.TASK_INVALID, Reason.TASK_NOT_FOUND, Reason.TRIAL_INVALID, Reason.IMAGE_PULL_FAILED,
-    Reason.UNSCHEDULABLE, Reason.POD_LOST, Reason.CANCELLED,
+    Reason.UNSCHEDULABLE, Reason.POD_LOST, Reason.OOM_KILLED, Reason.SECRET_NOT_FOUND,
+    Reason.CANCELLED,
 })
 """The reasons a Trial's `Failed` condition may carry."""
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})

@@ -104,6 +104,14 @@ def lint(path: Path) -> None:
         click.echo(f"{path}: ok, {len(warnings)} warning(s)")
 
 
+def _push_warnings(directory: Path) -> list:
+    """What `lint` warns about (unknown keys above all), for `push` to print too."""
+    try:
+        return lint_task(load_task_dir(directory))
+    except TaskFormatError:  # push_directory has reported the errors already
+        return []
+
+
 def _seconds(value: float | None) -> str:
     return "none" if value is None else f"{value:g} s"
 
@@ -241,6 +249,9 @@ def push(directory: Path, name: str | None, namespace: str | None, wait: bool,
 
     ns = namespace_or_default(namespace)
     task_name, result = push_directory(directory, ns, name)
+    for warning in _push_warnings(directory):
+        click.echo(f"warning: {_where(directory, warning.file, warning.field)}: "
+                   f"{warning.message}", err=True)
     verb = "created" if result.created else ("updated" if result.changed else "unchanged")
     click.echo(f"task {ns}/{task_name} {verb} (ConfigMap {result.configmap}, "
                f"{result.bundle_bytes:,} bytes compressed)")

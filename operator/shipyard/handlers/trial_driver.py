@@ -367,14 +367,22 @@ class TrialDriver:
         assert pod_name is not None
         attempt = 0
         while True:
-            if command == "launch":
-                bundle = await self.bundle(phase_id, plan.phase(phase_id))
-                reply = bundle if isinstance(bundle, kube_runner.Reply) else await self.call(
-                    kube_runner.launch, self.namespace, pod_name, phase_id, bundle)
-            else:
-                reply = await self.call(kube_runner.result, self.namespace, pod_name, phase_id,
-                                        plan.log_limit_bytes)
-            decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt)
+            decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
+                command == "launch") else None
+            if isinstance(decided, exec_policy.SecretsMissing):
+                await self.save(*machine.fail(
+                    self.status, Reason.SECRET_NOT_FOUND, exec_policy.missing_secrets_message(
+                        plan.secret_names, decided.indexes, self.namespace), now()))
+                return None
+            if decided is None:
+                if command == "launch":
+                    bundle = await self.bundle(phase_id, plan.phase(phase_id))
+                    reply = bundle if isinstance(bundle, kube_runner.Reply) else await self.call(
+                        kube_runner.launch, self.namespace, pod_name, phase_id, bundle)
+                else:
+                    reply = await self.call(kube_runner.result, self.namespace, pod_name,
+                                            phase_id, plan.log_limit_bytes)
+                decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt)
             match decided:
                 case exec_policy.Answered(status=status):
                     return status
@@ -392,6 +400,16 @@ class TrialDriver:
         if failed is not None:
             await self.save(*failed)
         return None
+
+    async def secrets_delivered(self, plan: TrialPlan, phase_id: str, pod_name: str,
+                                attempt: int) -> exec_policy.SecretsDecision:
+        """Before a phase that needs them, the agent's Secret files copied into its drop by
+        the pod's `secrets` container (the operator never reads a Secret, no value is on a
+        command line); None when the phase needs none or they are in place."""
+        if not (plan.phase(phase_id).secrets and plan.secret_names):
+            return None
+        reply = await self.call(kube_runner.put_secrets, self.namespace, pod_name, phase_id)
+        return exec_policy.after_put_secrets(reply.state, reply.text, reply.error, attempt)
 
     async def finish(self, keep: bool) -> None:
         if not keep:
@@ -416,7 +434,8 @@ class TrialDriver:
 
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
-    return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families())
+    return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
+                          kube_network.apiserver_addresses())
 
 
 def _known_status(status: dict[str, Any]) -> dict[str, Any]:

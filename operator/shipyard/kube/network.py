@@ -3,6 +3,7 @@ applying a trial's network objects and pod labels."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from ipaddress import ip_address
@@ -85,6 +86,28 @@ def _families() -> frozenset[str]:
 def node_ip_families() -> frozenset[str]:
     """The IP families of the nodes' addresses (cached)."""
     return _cached("families", _families)
+
+
+def _apiserver() -> frozenset[str]:
+    found = set()
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if host:
+        found.add(host)
+    try:
+        service = core().read_namespaced_service("kubernetes", "default")
+        found.update(ip for ip in (service.spec.cluster_ips or [service.spec.cluster_ip]) if ip)
+        endpoints = core().read_namespaced_endpoints("kubernetes", "default")
+        for subset in endpoints.subsets or []:
+            found.update(a.ip for a in subset.addresses or [] if a.ip)
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
+    return frozenset(ip for ip in found if not ip.startswith("127.") and ip != "::1")
+
+
+def apiserver_addresses() -> frozenset[str]:
+    """The `kubernetes` Service's IPs and the apiserver endpoints it leads to (cached)."""
+    return _cached("apiserver", _apiserver)
 
 
 def apply_network_objects(objects: list[dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shipyard.api.conventions import RUNNER_PATH
+from shipyard.api.conventions import RUNNER_PATH, SECRETS_CONTAINER
 from shipyard.kube.errors import ApiException
 from shipyard.kube.pod_exec import ExecResult, PodGone, exec_in_pod
 
@@ -35,9 +35,9 @@ def reply_of(result: ExecResult, what: str = "runner") -> Reply:
 
 
 def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
-          what: str = "runner") -> Reply:
+          what: str = "runner", container: str = "main") -> Reply:
     try:
-        result = exec_in_pod(namespace, pod, argv, stdin)
+        result = exec_in_pod(namespace, pod, argv, stdin, container)
     except PodGone as e:
         return Reply("gone", error=str(e))
     except (ApiException, TimeoutError, OSError) as e:
@@ -62,6 +62,12 @@ def result(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:
 def stop(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:
     """End the running phase (TERM, then KILL) and print what it left, as `result` does."""
     return _runner(namespace, pod, ["stop", phase_id, str(log_limit)])
+
+
+def put_secrets(namespace: str, pod: str, phase_id: str) -> Reply:
+    """In the pod's `secrets` container: copy the mounted Secret files into the phase's drop."""
+    return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, "put-secrets", phase_id],
+                 what="put-secrets", container=SECRETS_CONTAINER)
 
 
 def read_file(namespace: str, pod: str, path: str) -> Reply:

@@ -49,6 +49,7 @@ SETTING_ENV = {
     "blocked_cidrs": "SHIPYARD_BLOCKED_EGRESS_CIDRS",
     "dns_cidrs": "SHIPYARD_DNS_EGRESS_CIDRS",
     "ip_families": "SHIPYARD_IP_FAMILIES",
+    "block_apiserver": "SHIPYARD_BLOCK_APISERVER",
 }
 
 
@@ -201,6 +202,7 @@ class NetworkConfig:
     blocked_cidrs: tuple[str, ...] = DEFAULT_BLOCKED_CIDRS
     dns_cidrs: tuple[str, ...] = DEFAULT_DNS_CIDRS
     ip_families: frozenset[str] | None = None  # None: auto, the nodes' families
+    block_apiserver: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -224,29 +226,51 @@ class NetworkConfig:
                     f"{families_env}={raw!r}: expected auto, IPv4, IPv6 or IPv4,IPv6"
                 )
             families = frozenset(f for f in chosen if f)
-        return cls(backend or "auto", blocked, dns, families)
+        block_env = SETTING_ENV["block_apiserver"]
+        raw_block = environ.get(block_env, "true").strip().lower()
+        if raw_block not in ("true", "false", "1", "0", "yes", "no"):
+            raise NetworkSettingError(f"{block_env}={environ[block_env]!r}: expected true or false")
+        return cls(backend or "auto", blocked, dns, families, raw_block in ("true", "1", "yes"))
 
     def resolve(self, discovered: Collection[str] = (),
-                node_families: Collection[str] = IP_FAMILIES) -> NetworkSettings:
-        """`discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``) and
+                node_families: Collection[str] = IP_FAMILIES,
+                apiserver: Collection[str] = ()) -> NetworkSettings:
+        """`discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``),
         `node_families` the IP families of the nodes' addresses (for
-        ``SHIPYARD_IP_FAMILIES=auto``, the default)."""
+        ``SHIPYARD_IP_FAMILIES=auto``, the default) and `apiserver` the apiserver's Service IP
+        and endpoint addresses, blocked even under `public` (a trial pod has no business with
+        the cluster's API) unless ``SHIPYARD_BLOCK_APISERVER=false``."""
         backend = choose_fqdn_backend(self.fqdn_backend, discovered)
         families = self.ip_families
         if families is None:
             families = frozenset(f for f in node_families if f in IP_FAMILIES) or frozenset(
                 IP_FAMILIES
             )
-        return NetworkSettings(backend, self.blocked_cidrs, self.dns_cidrs, families)
+        blocked = self.blocked_cidrs
+        if self.block_apiserver:
+            blocked += tuple(c for c in _host_cidrs(apiserver) if c not in blocked)
+        return NetworkSettings(backend, blocked, self.dns_cidrs, families)
+
+
+def _host_cidrs(addresses: Collection[str]) -> tuple[str, ...]:
+    out = []
+    for address in sorted(addresses):
+        try:
+            out.append(ip_network(address if "/" in address else
+                                  f"{address}/{128 if ':' in address else 32}").compressed)
+        except ValueError:
+            continue
+    return tuple(out)
 
 
 def settings_from_env(
     environ: Mapping[str, str],
     discovered: Collection[str] = (),
     node_families: Collection[str] = IP_FAMILIES,
+    apiserver: Collection[str] = (),
 ) -> NetworkSettings:
     """Settings from the operator's environment, resolved against the cluster."""
-    return NetworkConfig.from_env(environ).resolve(discovered, node_families)
+    return NetworkConfig.from_env(environ).resolve(discovered, node_families, apiserver)
 
 
 @dataclass(frozen=True)

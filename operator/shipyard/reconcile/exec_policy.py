@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shipyard.reconcile.runner_output import PhaseStatus, RunnerProtocolError, parse_runner_output
+from shipyard.reconcile.runner_output import (
+    PhaseStatus,
+    RunnerProtocolError,
+    parse_put_secrets,
+    parse_runner_output,
+)
 
 EXEC_ATTEMPTS = 3
 
@@ -40,7 +45,17 @@ class ExecsExhausted:
     error: str
 
 
+@dataclass(frozen=True)
+class SecretsMissing:
+    """`put-secrets` found these Secret volumes (``spec.agent.envFrom`` indexes) empty: their
+    Secrets do not exist; the trial fails with SecretNotFound."""
+
+    indexes: tuple[int, ...]
+
+
 ExecDecision = Answered | Reobserve | RetryExec | ExecsExhausted
+SecretsDecision = SecretsMissing | Reobserve | RetryExec | ExecsExhausted | None
+"""After `put-secrets`: None when the Secrets are in the phase's drop."""
 
 
 def backoff(attempt: int) -> float:
@@ -61,6 +76,29 @@ def after_exec(state: str, stdout: str, error: str, attempt: int) -> ExecDecisio
     if attempt + 1 < EXEC_ATTEMPTS:
         return RetryExec(backoff(attempt), error)
     return ExecsExhausted(backoff(attempt), error)
+
+
+def after_put_secrets(state: str, stdout: str, error: str, attempt: int) -> SecretsDecision:
+    if state == "gone":
+        return Reobserve()
+    if state == "ok":
+        try:
+            missing = parse_put_secrets(stdout)
+        except RunnerProtocolError as e:
+            error = str(e)
+        else:
+            return SecretsMissing(missing) if missing else None
+    if attempt + 1 < EXEC_ATTEMPTS:
+        return RetryExec(backoff(attempt), error)
+    return ExecsExhausted(backoff(attempt), error)
+
+
+def missing_secrets_message(names: tuple[str, ...], missing: tuple[int, ...],
+                            namespace: str) -> str:
+    listed = ", ".join(f'spec.agent.envFrom[{i}].secretRef.name: Secret "{names[i]}"'
+                       for i in missing if i < len(names))
+    return (f"{listed} not found (or without keys) in namespace {namespace}; create it, "
+            "then run the trial again")
 
 
 def stopped_status(state: str, stdout: str, error: str) -> tuple[PhaseStatus | None, str]:

@@ -25,6 +25,7 @@ class PhaseStatus:
     state: str  # none | running | done
     exit_code: int | None = None
     timed_out: bool = False
+    oom_killed: int = 0  # processes of the phase the kernel killed at the memory limit
     started: str | None = None
     finished: str | None = None
     files: dict[str, CollectedFile] = field(default_factory=dict)
@@ -84,7 +85,17 @@ def parse_runner_output(text: str) -> PhaseStatus:
         state=head["state"],
         exit_code=int(rc) if rc not in (None, "") else None,
         timed_out=head.get("timed_out") == "1",
+        oom_killed=int(oom) if (oom := head.get("oom_killed", "0")).isdigit() else 0,
         started=head.get("started") or None,
         finished=head.get("finished") or None,
         files=files,
     )
+
+
+def parse_put_secrets(text: str) -> tuple[int, ...]:
+    """`runner put-secrets`' answer: ``secrets=ok``, or ``secrets=missing missing=I,J`` naming
+    the Secret volumes (envFrom indexes) that were empty."""
+    fields = dict(p.split("=", 1) for p in text.split() if "=" in p)
+    if fields.get("secrets") not in ("ok", "missing"):
+        raise RunnerProtocolError(f"put-secrets answered {text[:200]!r}")
+    return tuple(int(i) for i in fields.get("missing", "").split(",") if i.isdigit())

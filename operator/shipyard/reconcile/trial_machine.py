@@ -464,6 +464,13 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
         outcome.events.append(("Warning", Reason.AGENT_TIMEOUT,
                                rec.message + "; verifying anyway"))
         return HarborError.AGENT_TIMEOUT, rec.message
+    if result.oom_killed:
+        rec.state = "Failed"
+        rec.message = (f"OOMKilled: the agent reached the task's memory limit (memory_mb); the "
+                       f"kernel killed {result.oom_killed} of its processes (exit code "
+                       f"{result.exit_code})")
+        outcome.events.append(("Warning", Reason.OOM_KILLED, rec.message + "; verifying anyway"))
+        return Reason.OOM_KILLED, rec.message
     if result.exit_code != 0:
         rec.message = f"agent exited with code {result.exit_code}"
         outcome.events.append(("Normal", Reason.AGENT_FINISHED, rec.message + "; verifying"))
@@ -732,7 +739,8 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
     if pod.lost:
-        return Reason.POD_LOST, pod.lost.replace("environment pod", f"{what} pod")
+        reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
+        return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
         return Reason.IMAGE_PULL_FAILED, pod.image_pull_error
     if pod.config_error:

@@ -191,6 +191,7 @@ def _verify(intent: VerifyScript) -> PhaseScripts:
     test script run; for a shared verifier the collect hooks run first (best effort)."""
     prepare = "".join(_collect_hook(h) for h in intent.hooks)
     prepare += f"rm -f -- {REWARD_TXT} {REWARD_JSON}\n"
+    prepare += "rm -rf /solution\n"  # the oracle's files are for its agent phase only
     if intent.upload_tests:
         prepare += f"rm -rf /tests && mkdir -p /tests && cp -a {PAYLOAD}/tests/. /tests/\n"
     prepare += f"chmod +x /tests/{shlex.quote(intent.test_script)}\n"

@@ -15,6 +15,7 @@ from shipyard.api.conventions import (
     MANAGED_BY,
     RUNNER_MOUNT,
     RUNNER_PATH,
+    SECRETS_CONTAINER,
     Component,
     Role,
     label_value,
@@ -25,7 +26,19 @@ from shipyard.plan.agents import AGENTS_ROOT, BUNDLE_SOURCE
 from shipyard.plan.phases import PodPlan, TrialPlan
 from shipyard.render.accelerators import apply_scheduling
 
-SECRETS_MOUNT = "/shipyard/secrets"
+SECRETS_MOUNT = "/run/shipyard-secrets"
+"""Where the agent's Secrets are mounted, in the `secrets` container only."""
+MAIN_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+                     "NET_BIND_SERVICE")
+"""What a trial's main container keeps of Linux capabilities (all others dropped): what task
+images need to install packages as root, chown/chmod files, switch to the agent or verifier
+user (su), kill their own processes (the runner's sweep) and serve on low ports. Dropped from
+the container runtime's default set: NET_RAW (raw sockets, spoofing), MKNOD, SYS_CHROOT,
+SETPCAP, SETFCAP, AUDIT_WRITE."""
+SECRETS_CAPABILITIES = ("AUDIT_WRITE",)
+"""The `secrets` container's capabilities: one the main container lacks, so that the kernel
+refuses main's processes /proc/PID/root, environ and ptrace access to it (a process may only
+inspect another whose permitted capabilities are a subset of its own, without SYS_PTRACE)."""
 READINESS_PERIOD_SEC = 2
 
 
@@ -76,15 +89,55 @@ def pod_name_for(trial: dict[str, Any], role: Role, step_index: int | None, atte
 
 
 def resources_for(plan: PodPlan) -> dict[str, Any]:
-    """Harbor's default (`auto`) resource mode: requests only, no limits."""
-    requests: dict[str, str] = {}
+    """Requests and limits from the task's cpus, memory_mb and storage_mb (or the Trial's
+    overrides): a trial gets what it declares and no more (an agent over its memory is
+    OOM-killed, over its storage evicted)."""
+    amounts: dict[str, str] = {}
     if plan.cpus is not None:
-        requests["cpu"] = str(plan.cpus)
+        amounts["cpu"] = str(plan.cpus)
     if plan.memory_mb is not None:
-        requests["memory"] = f"{plan.memory_mb}Mi"
+        amounts["memory"] = f"{plan.memory_mb}Mi"
     if plan.storage_mb is not None:
-        requests["ephemeral-storage"] = f"{plan.storage_mb}Mi"
-    return {"requests": requests} if requests else {}
+        amounts["ephemeral-storage"] = f"{plan.storage_mb}Mi"
+    return {"requests": amounts, "limits": dict(amounts)} if amounts else {}
+
+
+def container_security(capabilities: tuple[str, ...]) -> dict[str, Any]:
+    """Root (task images expect it), no privilege escalation (NoNewPrivs), only `capabilities`."""
+    return {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": list(capabilities)},
+    }
+
+
+def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
+        dict[str, Any], list[dict[str, Any]]]:
+    """The container that alone mounts the agent's Secrets, and their volumes. It only sleeps;
+    the operator runs `runner put-secrets PHASE` in it before a phase that needs them."""
+    # optional: a missing Secret does not hold the pod in ContainerCreating until the start
+    # timeout; `put-secrets` finds its folder empty and the trial fails with SecretNotFound.
+    volumes = [{"name": f"secret-{i}", "secret": {"secretName": n, "defaultMode": 0o400,
+                                                  "optional": True}}
+               for i, n in enumerate(secret_names)]
+    container = {
+        "name": SECRETS_CONTAINER,
+        "image": plan.image,
+        "imagePullPolicy": plan.image_pull_policy,
+        "command": ["sleep", "infinity"],
+        "env": [{"name": "SHIPYARD_SECRETS_SRC", "value": SECRETS_MOUNT}],
+        "securityContext": container_security(SECRETS_CAPABILITIES),
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "100m", "memory": "64Mi"}},
+        "volumeMounts": [
+            {"name": "shipyard", "mountPath": "/shipyard"},
+            {"name": "runner", "mountPath": RUNNER_MOUNT, "readOnly": True},
+            *({"name": f"secret-{i}", "mountPath": f"{SECRETS_MOUNT}/{i}", "readOnly": True}
+              for i in range(len(secret_names))),
+        ],
+    }
+    return container, volumes
 
 
 def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: str | None,
@@ -109,7 +162,8 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
               secret_names: tuple[str, ...] = ()) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
     a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted, readiness = "no phase is
-    running". Secrets are mounted only into the environment pod, for the agent. The pod
+    running". Secrets are mounted only into the environment pod's `secrets` container (see
+    `secrets_container`), never into the main container. The pod
     shares one PID namespace so that the pause container, as PID 1, reaps the processes the
     phases leave behind and `sleep` gets SIGTERM's default action on deletion."""
     meta = trial["metadata"]
@@ -124,20 +178,13 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         {"name": "shipyard", "mountPath": "/shipyard"},
         {"name": "runner", "mountPath": RUNNER_MOUNT, "readOnly": True},
     ]
-    for i, secret in enumerate(secret_names):
-        volumes.append(
-            {"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o400}}
-        )
-        mounts.append(
-            {"name": f"secret-{i}", "mountPath": f"{SECRETS_MOUNT}/{i}", "readOnly": True}
-        )
     container: dict[str, Any] = {
         "name": "main",
         "image": plan.image,
         "imagePullPolicy": plan.image_pull_policy,
         "args": ["sleep", "infinity"],
         "env": [{"name": k, "value": v} for k, v in plan.container_env.items()],
-        "securityContext": {"runAsUser": 0, "runAsGroup": 0},
+        "securityContext": container_security(MAIN_CAPABILITIES),
         "resources": resources_for(plan),
         "volumeMounts": mounts,
         "readinessProbe": {
@@ -154,6 +201,11 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     if plan.agent_bundles:
         spec_extra["initContainers"] = [agent_bundle_container(n, image)
                                         for n, image in plan.agent_bundles]
+    containers = [container]
+    if secret_names:
+        sidecar, secret_volumes = secrets_container(plan, secret_names)
+        containers.append(sidecar)
+        volumes += secret_volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -169,8 +221,9 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 5,
             "shareProcessNamespace": True,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             **spec_extra,
-            "containers": [container],
+            "containers": containers,
             "volumes": volumes,
         },
     }
@@ -187,7 +240,7 @@ def agent_bundle_container(agent: str, image: str) -> dict[str, Any]:
         "command": ["/bin/sh", "-c",
                     f"rm -rf {target} && mkdir -p {AGENTS_ROOT} && "
                     f"cp -a {BUNDLE_SOURCE}/{agent} {target} && chmod 755 {AGENTS_ROOT}"],
-        "securityContext": {"runAsUser": 0, "runAsGroup": 0},
+        "securityContext": container_security(MAIN_CAPABILITIES),
         "volumeMounts": [{"name": "shipyard", "mountPath": "/shipyard"}],
     }
 

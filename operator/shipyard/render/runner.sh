@@ -15,11 +15,27 @@
 #   collect   optional; absolute paths whose contents `result` returns (truncated)
 #   payload/  optional; files `prepare` puts in place; deleted before `command` starts
 # State directory /shipyard/state/ID: started, pid, rc, finished, timed_out, output, done.
+#
+# Phase isolation: when a phase's command ends (or is killed at its timeout) the supervisor
+# sweeps the pod's shared PID namespace (`sweep`) before it records the phase done, and every
+# `launch` sweeps again before it unpacks the next phase: whatever the phase started, detached
+# (setsid, double fork, nohup) or not, is stopped and killed. Kept are pause (PID 1), the
+# processes that existed before the first phase (the image's own, e.g. from its ENTRYPOINT) and
+# their children, and exec sessions (the operator's runner calls, probes) and their children.
+#
+# Secrets: the agent's Secret files are mounted only into the `secrets` container of the pod,
+# whose capabilities the main container lacks, so no process of the main container can read
+# them through /proc. Before a phase that needs them the operator runs `put-secrets ID` there,
+# which copies them into the phase's drop (/shipyard/secret-drops/ID); the supervisor turns
+# them into the command's environment and the drop is deleted by the next `launch`: a verifier
+# never finds them.
 set -u
 ROOT=${SHIPYARD_ROOT:-/shipyard}
 PHASES=$ROOT/phases
 STATE=$ROOT/state
-SECRETS_DIR=$ROOT/secrets
+SECRETS_SRC=${SHIPYARD_SECRETS_SRC:-$ROOT/secrets}
+DROPS=$ROOT/secret-drops
+BASELINE=$STATE/baseline
 GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
@@ -31,6 +47,7 @@ status() {
   if [ ! -d "$s" ]; then echo "state=none"; return; fi
   if [ -f "$s/done" ]; then
     echo "state=done rc=$(cat "$s/rc") timed_out=$(cat "$s/timed_out" 2>/dev/null || echo 0)" \
+      "oom_killed=$(cat "$s/oom_killed" 2>/dev/null || echo 0)" \
       "started=$(cat "$s/started") finished=$(cat "$s/finished")"
   elif supervisor_lost "$s"; then
     finish "$1" 125 0 "shipyard runner: the supervisor of phase $1 disappeared"
@@ -62,6 +79,9 @@ launch() {
     status "$id"
     return 0
   fi
+  [ -f "$BASELINE" ] || start_ticks $$ >"$BASELINE"
+  sweep
+  for d in "$DROPS"/*; do [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
   now >"$STATE/$id/started"
   date +%s >"$STATE/$id/started_epoch"
   rm -rf "${PHASES:?}/$id" && mkdir -p "$PHASES/$id"
@@ -92,8 +112,8 @@ finish() {
 write_env() {
   p=$1
   cat "$p/env" 2>/dev/null
-  if [ "${SECRETS:-0}" = 1 ] && [ -d "$SECRETS_DIR" ]; then
-    for f in "$SECRETS_DIR"/*/*; do
+  if [ "${SECRETS:-0}" = 1 ] && [ -d "$DROPS/$2" ]; then
+    for f in "$DROPS/$2"/*/*; do
       [ -f "$f" ] || continue
       key=$(basename "$f")
       case $key in *[!A-Za-z0-9_]* | [0-9]*) continue ;; esac
@@ -115,7 +135,7 @@ supervise() {
   fi
   rm -rf "$p/payload"
   umask 077
-  write_env "$p" >"$p/env.sh"
+  write_env "$p" "$id" >"$p/env.sh"
   umask 022
   inner=". '$p/env.sh'; rm -f '$p/env.sh'; exec sh '$p/command'"
   if [ -n "$CWD" ]; then mkdir -p "$CWD" 2>/dev/null; inner="cd '$CWD' && $inner"; fi
@@ -129,6 +149,7 @@ supervise() {
   else
     set -- sh -c "$inner"
   fi
+  oom_before=$(oom_kills)
   setsid "$@" >>"$s/output" 2>&1 </dev/null &
   child=$!
   echo "$child" >"$s/pid"
@@ -146,6 +167,8 @@ supervise() {
   wait "$child"
   rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+  sweep
+  echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
   [ -f "$s/timed_out.pending" ] && timed_out=1
   tail -c "$OUTPUT_LIMIT" "$s/output" >"$s/output.tail" 2>/dev/null && mv "$s/output.tail" "$s/output"
@@ -175,8 +198,8 @@ emit() {
 }
 
 redact() {
-  if [ ! -d "$SECRETS_DIR" ]; then cat; return; fi
-  awk -v dir="$SECRETS_DIR" '
+  if [ ! -d "$DROPS" ]; then cat; return; fi
+  awk -v dir="$DROPS" '
     BEGIN {
       n = 0; list = "find " dir " -type f 2>/dev/null"
       while ((list | getline f) > 0) {
@@ -223,6 +246,98 @@ wait_done() {
 
 ready() { [ ! -f "$STATE/running" ]; }
 
+# How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
+oom_kills() {
+  for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+    if [ -r "$f" ]; then awk '$1 == "oom_kill" {print $2; found = 1} END {if (!found) print 0}' "$f"; return; fi
+  done
+  echo 0
+}
+
+# The start time of a process, in clock ticks since boot (field 22 of /proc/PID/stat).
+start_ticks() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; }
+
+# sweep_targets: the processes a sweep ends (see the header), one PID a line. A process is
+# looked at with its ancestors, nearest first: the caller itself ($$) or an image process older
+# than the first phase keeps it; an exec session (parent outside the namespace, PPid 0) keeps
+# it; reaching PID 1 (pause, the parent of every orphan) ends it.
+sweep_targets() {
+  base=$(cat "$BASELINE" 2>/dev/null || echo 0)
+  for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done | awk -v self=$$ -v base="$base" '
+    NF {
+      p = 0; for (i = length($0); i > 0; i--) if (substr($0, i, 1) == ")") { p = i; break }
+      pid = $1 + 0; n = split(substr($0, p + 2), f, " ")
+      if (n < 20 || f[1] == "Z" || f[1] == "X") next
+      ppid[pid] = f[2] + 0; start[pid] = f[20] + 0; seen[pid] = 1
+    }
+    END {
+      for (pid in seen) {
+        a = pid + 0; verdict = ""
+        for (hops = 0; hops < 4096 && verdict == ""; hops++) {
+          if (a == self) verdict = "keep"
+          else if (a == 1) verdict = "kill"
+          else if (!(a in seen)) verdict = "keep"   # gone meanwhile: its own check decides
+          else if (start[a] < base) verdict = "keep"
+          else if (ppid[a] == 0) verdict = "keep"
+          else a = ppid[a]
+        }
+        if (verdict == "kill" && pid != 1) print pid
+      }
+    }'
+}
+
+# sweep: stop, then kill, every target until none is left (STOP first: a forking loop cannot
+# outrun it).
+sweep() {
+  # Only in a trial pod, whose PID 1 is the sandbox's pause (shareProcessNamespace): run
+  # anywhere else, e.g. on a host, it would end every process started since the first phase.
+  [ "$(cat /proc/1/comm 2>/dev/null)" = pause ] || return 0
+  rounds=0
+  while [ "$rounds" -lt 50 ]; do
+    targets=$(sweep_targets)
+    [ -n "$targets" ] || return 0
+    # shellcheck disable=SC2086
+    kill -STOP $targets 2>/dev/null
+    # shellcheck disable=SC2086
+    kill -KILL $targets 2>/dev/null
+    rounds=$((rounds + 1))
+    sleep 0.05 2>/dev/null || sleep 1
+  done
+  echo "shipyard runner: processes were still starting after 50 sweeps" >&2
+}
+
+# put-secrets ID (run in the `secrets` container): the mounted Secret files, copied into the
+# drop of phase ID for its supervisor (root only; the next launch deletes the drop). Prints
+# `secrets=ok`, or `secrets=missing missing=I,J` naming the volumes (envFrom indexes) that are
+# empty: their Secrets do not exist (the volumes are optional so that this is said at once).
+put_secrets() {
+  d=$DROPS/$1 missing=""
+  mkdir -p "$DROPS" && chmod 711 "$DROPS" && rm -rf "$d" && (umask 077 && mkdir -p "$d")
+  for dir in "$SECRETS_SRC"/*; do
+    [ -d "$dir" ] || continue
+    # An optional Secret volume of a Secret that does not exist is an empty folder.
+    [ -n "$(ls "$dir" 2>/dev/null)" ] || missing="$missing${missing:+,}${dir##*/}"
+    (umask 077 && mkdir -p "$d/${dir##*/}")
+    for f in "$dir"/*; do
+      [ -f "$f" ] || continue
+      (umask 077 && cat "$f" >"$d/${dir##*/}/${f##*/}" && encoded "$f" >>"$d/.encoded")
+    done
+  done
+  if [ -n "$missing" ]; then echo "secrets=missing missing=$missing"; else echo "secrets=ok"; fi
+}
+
+# encoded FILE: its content's base64 forms, redacted too (as is, with a newline, and the core
+# that a longer base64 text holds at each of the other two alignments).
+encoded() {
+  for nl in "" "
+"; do
+    for pad in "" x xx; do
+      { printf %s "$pad"; cat "$1"; printf %s "$nl"; } | base64 | tr -d '\n=' | awk -v pad="$pad" '
+        { if (pad == "") print; else if (length($0) > 8) print substr($0, 5, length($0) - 8) }'
+    done
+  done
+}
+
 cmd=${1:-}
 shift 2>/dev/null
 case $cmd in
@@ -232,6 +347,8 @@ case $cmd in
   result) result "$@" ;;
   stop) stop "$@" ;;
   ready) ready ;;
-  *) echo "usage: runner launch ID SIZE | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready" >&2
+  sweep) sweep ;;
+  put-secrets) put_secrets "$@" ;;
+  *) echo "usage: runner launch ID SIZE | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
      exit 2 ;;
 esac

@@ -67,15 +67,21 @@ class BaselineNetworkPolicyConfig(_AllowedHostsMixin, BaseModel):
         return NetworkPolicy(self.network_mode, tuple(self.allowed_hosts or ()))
 
 
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A timeout or interval: Shipyard refuses zero and negative ones up front (a zero agent
+timeout would kill the agent at once and still record the verifier's reward)."""
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
 class HealthcheckConfig(BaseModel):
     """Docker HEALTHCHECK semantics: the command must succeed before the phase goes on."""
 
     command: str
-    interval_sec: float = 5.0
-    timeout_sec: float = 30.0
-    start_period_sec: float = 0.0
-    start_interval_sec: float = 5.0
-    retries: int = 3
+    interval_sec: PositiveSeconds = 5.0
+    timeout_sec: PositiveSeconds = 30.0
+    start_period_sec: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    start_interval_sec: PositiveSeconds = 5.0
+    retries: PositiveInt = 3
 
 
 _TOPOLOGY = re.compile(r"^[1-9]\d*(x[1-9]\d*)+$")
@@ -163,24 +169,25 @@ def _finite_number(value: Any, handler: Any) -> Any:
         number = handler(value)
     except ValueError:
         raise PydanticCustomError("number_type", "Input should be a valid number") from None
-    if isinstance(number, float):
-        if not math.isfinite(number):
-            raise ValueError(f"cpus must be a finite number; got {number}.")
-        if number.is_integer():
-            return int(number)
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError(f"cpus must be a finite number; got {number}.")
+    if number is not None and number <= 0:
+        raise ValueError(f"cpus must be greater than 0; got {number}.")
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
     return number
 
 
 class EnvironmentConfig(BaselineNetworkPolicyConfig):
     """``[environment]``, also the schema of ``[verifier.environment]``."""
 
-    build_timeout_sec: float = 600.0
+    build_timeout_sec: PositiveSeconds = 600.0
     docker_image: str | None = None
     os: TaskOS = "linux"
     cpus: Annotated[int | float | None, WrapValidator(_finite_number)] = None
-    memory_mb: int | None = None
-    storage_mb: int | None = None
-    gpus: int | None = None
+    memory_mb: PositiveInt | None = None
+    storage_mb: PositiveInt | None = None
+    gpus: Annotated[int, Field(ge=0)] | None = None
     gpu_types: list[str] | None = None
     tpu: TpuSpec | None = None
     mcp_servers: list[MCPServerConfig] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from shipyard.taskformat.environment import (
     EnvironmentConfig,
     HealthcheckConfig,
     PhaseNetworkPolicyConfig,
+    PositiveSeconds,
 )
 from shipyard.taskformat.errors import (
     FieldValueError,
@@ -114,7 +115,7 @@ class SolutionConfig(BaseModel):
 class AgentConfig(PhaseNetworkPolicyConfig):
     """``[agent]`` and ``[steps.agent]``."""
 
-    timeout_sec: float | None = None
+    timeout_sec: PositiveSeconds | None = None
     user: User = None
 
 
@@ -123,7 +124,7 @@ class VerifierCollectConfig(BaseModel):
 
     command: str
     service: str = "main"
-    timeout_sec: float = 60.0
+    timeout_sec: PositiveSeconds = 60.0
     user: User = None
 
     @field_validator("service")
@@ -137,7 +138,7 @@ class VerifierCollectConfig(BaseModel):
 class VerifierConfig(PhaseNetworkPolicyConfig):
     """``[verifier]`` and ``[steps.verifier]``."""
 
-    timeout_sec: float = 600.0
+    timeout_sec: PositiveSeconds = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     user: User = None
     environment_mode: Literal["shared", "separate"] | None = None

@@ -32,7 +32,7 @@ def check_relative_path(path: str) -> None:
         raise TaskFormatError(
             f"Task file paths must be relative POSIX paths without '.' or '..' components: "
             f"{path!r}",
-            file=path or None,
+            file=path or "<empty path>",
         )
 
 

@@ -152,3 +152,16 @@ def test_multi_step_overrides_per_step() -> None:
     agents = {ph.step: ph.network for ph in p.phases if ph.name == "agent"}
     assert agents["one"] == policy_key(NetworkPolicy("allowlist", ("192.0.2.1",)))
     assert agents["two"] == "no-network"
+
+
+def test_the_apiserver_is_blocked_by_default_with_an_opt_out() -> None:
+    from shipyard.plan.network import settings_from_env
+
+    addresses = {"10.96.0.1", "10.88.0.1", "fd00::1"}
+    blocked = settings_from_env({}, apiserver=addresses).blocked_cidrs
+    assert {"10.96.0.1/32", "10.88.0.1/32", "fd00::1/128"} <= set(blocked)
+    assert "169.254.0.0/16" in blocked  # the metadata servers stay blocked
+    opted_out = settings_from_env({"SHIPYARD_BLOCK_APISERVER": "false"}, apiserver=addresses)
+    assert "10.96.0.1/32" not in opted_out.blocked_cidrs
+    with pytest.raises(ValueError, match="SHIPYARD_BLOCK_APISERVER"):
+        settings_from_env({"SHIPYARD_BLOCK_APISERVER": "maybe"}, apiserver=addresses)

@@ -37,3 +37,24 @@ def test_stop_is_one_best_effort_attempt() -> None:
     assert p.stopped_status("failed", "", "runner exited 2: no stop") == (
         None, "runner exited 2: no stop")
     assert p.stopped_status("ok", "", "")[0] is None
+
+
+def test_put_secrets_in_place_lets_the_phase_launch() -> None:
+    assert p.after_put_secrets("ok", "secrets=ok\n", "", 0) is None
+
+
+def test_put_secrets_names_the_missing_envfrom_indexes() -> None:
+    decided = p.after_put_secrets("ok", "secrets=missing missing=0,2\n", "", 0)
+    assert decided == p.SecretsMissing((0, 2))
+    message = p.missing_secrets_message(("a", "b", "c"), decided.indexes, "ns")
+    assert 'spec.agent.envFrom[0].secretRef.name: Secret "a"' in message
+    assert 'spec.agent.envFrom[2].secretRef.name: Secret "c"' in message
+    assert '"b"' not in message and "namespace ns" in message
+
+
+def test_put_secrets_failures_retry_like_any_exec() -> None:
+    assert p.after_put_secrets("gone", "", "", 0) == p.Reobserve()
+    garbled = p.after_put_secrets("ok", "what?", "", 0)
+    assert isinstance(garbled, p.RetryExec) and "put-secrets answered" in garbled.error
+    last = p.after_put_secrets("failed", "", "exited 1", p.EXEC_ATTEMPTS - 1)
+    assert isinstance(last, p.ExecsExhausted)

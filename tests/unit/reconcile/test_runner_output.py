@@ -98,3 +98,10 @@ def test_malformed_file_header_is_a_protocol_error(header: str) -> None:
     driver retries on, not as a ValueError/IndexError that escapes it."""
     with pytest.raises(RunnerProtocolError):
         parse_runner_output(f"{DONE}\n{header}\naGVsbG8=\n")
+
+
+def test_oom_killed_count_is_read() -> None:
+    from shipyard.reconcile.runner_output import parse_runner_output as parse
+
+    assert parse("state=done rc=137 timed_out=0 oom_killed=2 started=a finished=b").oom_killed == 2
+    assert parse("state=done rc=0 timed_out=0 started=a finished=b").oom_killed == 0

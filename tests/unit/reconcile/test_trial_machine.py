@@ -230,17 +230,19 @@ def mid_agent(plan: TrialPlan) -> TrialStatus:
     "observed",
     [ABSENT, observe_pod(pod(deleting=True)),
      observe_pod(pod(status={"phase": "Failed", "reason": "Evicted", "message": "disk"})),
+     observe_pod(pod(container_state={"terminated": {"reason": "Error", "exitCode": 137}})),
      observe_pod(pod(container_state={"terminated": {"reason": "OOMKilled", "exitCode": 137}}))],
-    ids=["deleted", "deleting", "evicted", "container-terminated"],
+    ids=["deleted", "deleting", "evicted", "container-terminated", "container-oom-killed"],
 )
 def test_pod_lost_during_the_agent_phase_fails_at_once(observed: PodObservation) -> None:
     plan = plan_for()
     action, decided, outcome = m.next_action(mid_agent(plan), plan, pods(observed), at(4))
     assert isinstance(action, m.Finish)
-    assert cond(decided, "Failed").reason == "PodLost"
+    reason = "OOMKilled" if "OOMKilled" in (observed.lost or "") else "PodLost"
+    assert cond(decided, "Failed").reason == reason
     assert states(decided) == {"environment": "Succeeded", "agent": "Failed",
                                "verifier": "Skipped"}
-    assert decided.error.type == "PodLost"
+    assert decided.error.type == reason
     assert outcome.events[0][0] == "Warning"
 
 
@@ -276,6 +278,19 @@ def test_agent_timeout_still_verifies_and_completes_with_the_error_recorded() ->
     agent = m.record(status, "agent")
     assert (agent.state, agent.timed_out, agent.exit_code) == ("Failed", True, 143)
     assert "AgentTimeout" in run.reasons()
+
+
+def test_an_oom_killed_agent_is_reported_and_still_verified() -> None:
+    from dataclasses import replace
+
+    run = drive(plan_for(agent={"name": "command", "command": "hog"}),
+                {"agent": replace(done(137), oom_killed=1)})
+    assert "Launch:verifier" in run.actions
+    assert run.status.phase == "Completed"
+    assert run.status.error.type == "OOMKilled"
+    agent = m.record(run.status, "agent")
+    assert agent.state == "Failed" and "memory limit (memory_mb)" in agent.message
+    assert "OOMKilled" in run.reasons()
 
 
 def test_command_agent_non_zero_exit_still_verifies() -> None:

@@ -61,17 +61,16 @@ def render(body: dict[str, Any]) -> dict[str, Any]:
     return build_environment_pod(body, plan_for(**spec))
 
 
-def container(pod: dict[str, Any]) -> dict[str, Any]:
-    (main,) = pod["spec"]["containers"]
-    return main
+def container(pod: dict[str, Any], name: str = "main") -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == name)
 
 
 def volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["name"]: v for v in pod["spec"]["volumes"]}
 
 
-def mounts(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {m["name"]: m for m in container(pod)["volumeMounts"]}
+def mounts(pod: dict[str, Any], name: str = "main") -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in container(pod, name)["volumeMounts"]}
 
 
 # ---------------------------------------------------------------- the environment pod
@@ -132,29 +131,45 @@ def test_runner_configmap_is_mounted_read_only_next_to_a_scratch_dir() -> None:
     assert mounts(pod)["shipyard"]["mountPath"] == "/shipyard"
 
 
-def test_secrets_are_mounted_read_only_root_only_one_folder_each() -> None:
+def test_secrets_are_mounted_only_into_the_secrets_container_one_folder_each() -> None:
     spec = {"agent": {"name": "command", "command": "run",
                       "envFrom": [{"secretRef": {"name": "openai"}},
                                   {"secretRef": {"name": "anthropic"}}]}}
     pod = render(trial_body(**spec))
     for i, name in enumerate(["openai", "anthropic"]):
         assert volumes(pod)[f"secret-{i}"]["secret"] == {"secretName": name,
-                                                         "defaultMode": 0o400}
-        assert mounts(pod)[f"secret-{i}"] == {"name": f"secret-{i}", "readOnly": True,
-                                              "mountPath": f"/shipyard/secrets/{i}"}
+                                                         "defaultMode": 0o400, "optional": True}
+        assert mounts(pod, "secrets")[f"secret-{i}"] == {
+            "name": f"secret-{i}", "readOnly": True, "mountPath": f"/run/shipyard-secrets/{i}"}
+        assert f"secret-{i}" not in mounts(pod)
     env_names = [e["name"] for e in container(pod)["env"]]
     assert not any("secret" in n.lower() for n in env_names)  # files, never env of the pod
+    # The kernel denies /proc access to a process whose capabilities are not a subset.
+    main_caps = set(container(pod)["securityContext"]["capabilities"]["add"])
+    side_caps = set(container(pod, "secrets")["securityContext"]["capabilities"]["add"])
+    assert side_caps - main_caps
+
+
+def test_trial_pods_are_hardened() -> None:
+    pod = render(trial_body())
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    security = container(pod)["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert "NET_RAW" not in security["capabilities"]["add"]
+    assert "SETUID" in security["capabilities"]["add"]  # su to the agent's user
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
 
 
 def test_no_secret_volumes_without_env_from() -> None:
     assert not [v for v in volumes(render(trial_body())) if v.startswith("secret-")]
 
 
-def test_resources_are_requests_only_as_in_harbors_auto_mode() -> None:
+def test_resources_are_requests_and_limits_from_the_task() -> None:
     loaded = task(HELLO_TOML + "cpus = 2\nmemory_mb = 4096\nstorage_mb = 10240\n")
     pod = build_environment_pod(trial_body(), plan_for(loaded))
-    assert container(pod)["resources"] == {
-        "requests": {"cpu": "2", "memory": "4096Mi", "ephemeral-storage": "10240Mi"}}
+    amounts = {"cpu": "2", "memory": "4096Mi", "ephemeral-storage": "10240Mi"}
+    assert container(pod)["resources"] == {"requests": amounts, "limits": amounts}
 
 
 def test_no_resources_when_the_task_sets_none() -> None:

@@ -36,6 +36,7 @@ class Runner:
     shell: str
     script: Path
     env: dict[str, str]
+    prefix: tuple[str, ...] = ()  # e.g. nsenter into a pod-like PID namespace
 
     def run(self, *args: str, stdin: bytes | None = None, timeout: float = 15,
             grace: int | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -43,7 +44,8 @@ class Runner:
         if grace is not None:
             env["SHIPYARD_LAUNCH_GRACE"] = str(grace)
         proc = subprocess.Popen(
-            [self.shell, str(self.script), *args], env=env, start_new_session=True,
+            [*self.prefix, self.shell, str(self.script), *args], env=env,
+            start_new_session=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         try:
@@ -56,6 +58,9 @@ class Runner:
 
     def launch(self, phase_id: str, phase: PhaseSpec, grace: int | None = None) -> PhaseStatus:
         bundle = build_phase_bundle(phase_id, phase)
+        if phase.secrets:  # as the operator does, in the pod's `secrets` container
+            put = self.run("put-secrets", phase_id)
+            assert put.returncode == 0, put.stderr
         res = self.run("launch", phase_id, str(len(bundle)), stdin=bundle, grace=grace)
         assert res.returncode == 0, res.stderr
         return parse_runner_output(res.stdout.decode())
@@ -394,6 +399,21 @@ def test_secrets_are_exported_to_the_phase_and_redacted_from_its_output(runner: 
     assert "sk-live" not in runner.run("result", "p1").stdout.decode()
 
 
+def test_base64_forms_of_secrets_are_redacted(runner: Runner) -> None:
+    import base64
+
+    value = "sk-live-0123456789abcdef"
+    mount_secret(runner.root, 0, {"API_KEY": value})
+    command = ('echo "$API_KEY" | base64; printf %s "$API_KEY" | base64; '
+               'printf "a%s" "$API_KEY" | base64; printf "ab%s\\n" "$API_KEY" | base64\n')
+    output = runner.run_phase(phase(command, secrets=True)).output
+    for raw in (value.encode(), value.encode() + b"\n"):
+        for pad in (b"", b"a", b"ab"):
+            text = base64.b64encode(pad + raw).decode().rstrip("=")
+            core = text[4:-4] if pad else text
+            assert core not in output.replace("\n", ""), (pad, raw)
+
+
 def test_secrets_are_not_exported_to_phases_that_do_not_ask(runner: Runner) -> None:
     mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
     result = runner.run_phase(phase('echo "key=${API_KEY:-unset}"'))
@@ -432,6 +452,26 @@ def test_redaction_ends_when_a_secret_value_occurs_in_the_marker(runner: Runner)
     assert parse_runner_output(res.stdout.decode()).output == "value=[REDACTED]\n"
 
 
+def test_put_secrets_names_the_empty_volumes_of_missing_secrets(runner: Runner) -> None:
+    mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
+    (runner.root / "secrets" / "1").mkdir()  # an optional volume whose Secret is missing
+    mount_secret(runner.root, 2, {"OTHER": "x"})
+    (runner.root / "secrets" / "3").mkdir()
+    assert runner.run("put-secrets", "p1").stdout.decode().split() == [
+        "secrets=missing", "missing=1,3"]
+
+
+def test_the_next_phase_finds_no_secret_files(runner: Runner) -> None:
+    mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
+    runner.run_phase(phase('echo "$API_KEY" >/dev/null', secrets=True), "agent")
+    assert list((runner.root / "secret-drops").iterdir())  # kept for the agent's result
+    value = '"sk-live-$(echo 0123456789)"'  # not the value itself, else grep finds its script
+    result = runner.run_phase(phase(f'grep -rl {value} "{runner.root}/secret-drops" '
+                                    f'"{runner.root}/phases" || echo none'), "verifier")
+    assert result.output == "none\n"
+    assert not list((runner.root / "secret-drops").iterdir())
+
+
 # ---------------------------------------------------------------- stop (a cancelled trial)
 
 
@@ -456,3 +496,101 @@ def test_stop_of_a_finished_or_unknown_phase_only_reports_it(runner: Runner) -> 
     res = runner.run("stop", "p1")
     assert parse_runner_output(res.stdout.decode()).output == "done-already\n"
     assert not parse_runner_output(runner.run("stop", "nope").stdout.decode()).done
+
+
+# ---------------------------------------------------------------- phase isolation (sweep)
+
+
+@dataclass
+class PidNamespace:
+    """A PID namespace shaped like a trial pod: PID 1 is named `pause`; commands enter it as
+    `kubectl exec` does (their parent is outside, so their PPid is 0)."""
+
+    init: int  # PID 1's pid on the host
+    ns: str
+
+    def enter(self) -> tuple[str, ...]:
+        return (shutil.which("nsenter") or "nsenter", "-t", str(self.init), "-p", "-m", "--")
+
+    def live(self) -> list[str]:
+        """The command lines of the namespace's live processes other than PID 1."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == self.init:
+                continue
+            try:
+                if os.readlink(entry / "ns/pid") != self.ns:
+                    continue
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                    continue
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+        return found
+
+
+@pytest.fixture
+def pod_like(tmp_path: Path) -> Iterator[PidNamespace]:
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        pytest.fail("the sweep tests need root, unshare and nsenter (util-linux)")
+    pause = tmp_path / "pause"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", pause)
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", str(pause),
+                             "infinity"], start_new_session=True)
+    deadline = time.monotonic() + 5
+    init = None
+    while init is None and time.monotonic() < deadline:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        init = int(children[0]) if children else None
+        time.sleep(0.02)
+    assert init is not None
+    try:
+        yield PidNamespace(init, os.readlink(f"/proc/{init}/ns/pid"))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+FORGER = ("while :; do echo 1 > {out}; sleep 0.05; done")
+
+
+@pytest.mark.parametrize("detach", [
+    "setsid sh -c '{loop}' &",  # the issue's setsid
+    "(sh -c '(sh -c \"{loop}\" &) &' &)",  # double fork
+    "sh -c 'trap \"\" HUP; {loop}' >/dev/null 2>&1 &",  # nohup (not a busybox applet)
+    "sh -c 'trap \"\" TERM HUP; {loop}' &",  # ignores TERM
+])
+def test_a_phase_leaves_no_process_behind(runner: Runner, pod_like: PidNamespace,
+                                          detach: str) -> None:
+    runner.prefix = pod_like.enter()
+    # An image process from before the first phase (e.g. its ENTRYPOINT's daemon) stays.
+    subprocess.run([*runner.prefix, "sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 &"],
+                   check=True)
+    time.sleep(0.05)
+    out = runner.root / "forged"
+    loop = FORGER.format(out=out)
+    result = runner.run_phase(phase(detach.format(loop=loop) + "\nsleep 0.3\n"), "agent")
+    assert result.exit_code == 0, result.output
+    assert out.exists(), result.output  # the forger ran
+    out.unlink()
+    time.sleep(0.3)
+    assert not out.exists(), "a process of the agent phase still writes"
+    assert [c for c in pod_like.live() if "sleep 1000" not in c] == []
+    assert any("sleep 1000" in c for c in pod_like.live())
+
+
+def test_a_timed_out_phase_leaves_no_process_behind(runner: Runner,
+                                                    pod_like: PidNamespace) -> None:
+    runner.prefix = pod_like.enter()
+    result = runner.run_phase(phase("setsid sh -c 'sleep 1000' & sleep 1000", timeout_sec=1),
+                              "agent")
+    assert result.timed_out
+    assert pod_like.live() == []
+
+
+def test_no_sweep_outside_a_pod(runner: Runner) -> None:
+    """On a host (PID 1 is not pause) the sweep must end nothing: it would end every process
+    started since the first phase, the machine's included."""
+    pidfile = runner.root / "pid"
+    runner.run_phase(phase(f"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}"))
+    assert alive(int(pidfile.read_text()))

@@ -185,3 +185,28 @@ def test_multi_step_files() -> None:
         "steps/b/solution/: no solve script for this step: the oracle agent cannot run it",
         "steps/old/: not declared in [[steps]], ignored",
     ]
+
+
+@pytest.mark.parametrize(("toml", "field"), [
+    ("[agent]\ntimeout_sec = -5\n", "agent.timeout_sec"),
+    ("[agent]\ntimeout_sec = 0\n", "agent.timeout_sec"),
+    ("[verifier]\ntimeout_sec = 0\n", "verifier.timeout_sec"),
+    ("[environment]\nbuild_timeout_sec = -1\n", "environment.build_timeout_sec"),
+    ("[environment]\nmemory_mb = 0\n", "environment.memory_mb"),
+    ("[environment]\ncpus = -1\n", "environment.cpus"),
+    ("[environment]\nstorage_mb = -10\n", "environment.storage_mb"),
+    ("[environment.healthcheck]\ncommand = 'true'\ninterval_sec = 0\n",
+     "environment.healthcheck.interval_sec"),
+    ("[[verifier.collect]]\ncommand = 'true'\ntimeout_sec = 0\n",
+     "verifier.collect[0].timeout_sec"),
+])
+def test_non_positive_timeouts_and_sizes_are_refused_naming_the_field(toml: str,
+                                                                      field: str) -> None:
+    from shipyard.taskformat import TaskFormatError, load_task_config
+
+    with pytest.raises(TaskFormatError) as caught:
+        load_task_config(toml, "task.toml")
+    errors = caught.value.errors
+    assert [e.field for e in errors] == [field], errors
+    assert errors[0].file == "task.toml"
+    assert "greater than 0" in errors[0].reason, errors
