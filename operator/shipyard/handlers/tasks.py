@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 
 from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
-from shipyard.handlers.task_files import TaskUnavailable, load_task
+from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.plan.task_summary import summarize
 
 BUNDLE_NOT_FOUND = "BundleNotFound"
@@ -19,6 +19,13 @@ RECHECK_SEC = 10.0
 def _bundle_missing(status: dict[str, Any], **_: Any) -> bool:
     return any(c.get("type") == "Ready" and c.get("reason") == BUNDLE_NOT_FOUND
                for c in (status or {}).get("conditions") or [])
+
+
+@kopf.on.event(GROUP, VERSION, "tasks")
+def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+              **_: Any) -> None:
+    """Trials load their Task from what the watch last said (no GET per trial)."""
+    remember(None if event.get("type") == "DELETED" else dict(body), namespace, name)
 
 
 @kopf.on.resume(GROUP, VERSION, "tasks")

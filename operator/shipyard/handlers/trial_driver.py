@@ -52,7 +52,6 @@ NETWORK_SETTLE_SEC = 2.0
 """After a pod's network label changes, dataplanes take a moment to apply the new policy: no
 phase starts before this has passed since the last change."""
 TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
-_runner_configmaps: set[str] = set()
 
 
 def now() -> datetime:
@@ -210,7 +209,9 @@ class TrialDriver:
                         continue
                     status, out = machine.on_launch(self.status, phase, result, now())
                     await self.save(status, out)
-                    if not result.done:
+                    if result.collected:  # it ended within the launch: its result is here
+                        await self.record_result(plan, phase, result)
+                    elif not result.done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
                 case machine.ReadResult(phase=phase):
@@ -223,12 +224,15 @@ class TrialDriver:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
                         continue
-                    status, out = machine.on_result(self.status, plan, phase, result, now())
-                    await self.save(status, out)
-                    await self.restore_network(plan, plan.phase(phase))
+                    await self.record_result(plan, phase, result)
                 case machine.Wait(until=until):
                     await self.sleep(plan, pods, until)
                     pods = await self.observe()
+
+    async def record_result(self, plan: TrialPlan, phase: str, result: PhaseStatus) -> None:
+        status, out = machine.on_result(self.status, plan, phase, result, now())
+        await self.save(status, out)
+        await self.restore_network(plan, plan.phase(phase))
 
     async def stop_running_phase(self, plan: TrialPlan) -> PhaseStatus | None:
         """Best effort, before a cancelled trial's pods go: end the running phase in its pod
@@ -277,9 +281,7 @@ class TrialDriver:
         return machine.Pods(env=found[0], verifier=found[1])
 
     async def create_pod(self, plan: TrialPlan, role: str, step: str | None) -> None:
-        if self.namespace not in _runner_configmaps:
-            await self.call(objects.ensure_configmap, build_runner_configmap(self.namespace))
-            _runner_configmaps.add(self.namespace)
+        await self.call(objects.ensure_configmap_once, build_runner_configmap(self.namespace))
         names = [s.name for s in plan.steps]
         index = names.index(step) + 1 if plan.multi_step and role == "verifier" else None
         name = pod_name_for(self.body, role, index, self.status.attempt)
@@ -405,7 +407,7 @@ class TrialDriver:
                 if extra:
                     phase = replace(phase, payload={**phase.payload, **extra})
                 stdin = build_phase_bundle(phase_id, phase)
-                argv.append(str(len(stdin)))
+                argv += [str(len(stdin)), str(plan.log_limit_bytes)]
         except PodGone:
             return None
         for attempt in range(EXEC_ATTEMPTS):

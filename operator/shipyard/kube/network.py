@@ -25,17 +25,22 @@ CUSTOM_PLURALS = {
 CACHE_SEC = 300.0
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, Any]] = {}
+_computing: dict[str, threading.Lock] = {}
 
 
 def _cached(key: str, fn):
+    """`fn()` at most once per CACHE_SEC, however many trials ask at the same moment."""
     with _lock:
-        hit = _cache.get(key)
-        if hit is not None and time.monotonic() - hit[0] < CACHE_SEC:
-            return hit[1]
-    value = fn()
-    with _lock:
-        _cache[key] = (time.monotonic(), value)
-    return value
+        computing = _computing.setdefault(key, threading.Lock())
+    with computing:  # the first caller computes, the others wait for its answer
+        with _lock:
+            hit = _cache.get(key)
+            if hit is not None and time.monotonic() - hit[0] < CACHE_SEC:
+                return hit[1]
+        value = fn()
+        with _lock:
+            _cache[key] = (time.monotonic(), value)
+        return value
 
 
 def _discover() -> frozenset[str]:

@@ -28,6 +28,7 @@ class PhaseStatus:
     started: str | None = None
     finished: str | None = None
     files: dict[str, CollectedFile] = field(default_factory=dict)
+    collected: bool = False  # a finished phase's files are here (`result`, or a quick `launch`)
 
     @property
     def done(self) -> bool:
@@ -87,4 +88,5 @@ def parse_runner_output(text: str) -> PhaseStatus:
         started=head.get("started") or None,
         finished=head.get("finished") or None,
         files=files,
+        collected=head.get("result") == "1",
     )

@@ -606,6 +606,10 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         if terminal_condition(new) is None:
             return Wait(parse_iso(new.retry_at)), new, out
         return Finish(), new, out
+    if not rec.launched and (pod.ready or pod.running):
+        # A launch needs only a running container: the runner itself refuses to start a
+        # phase twice, so the readiness probe's first pass is not waited for.
+        return Launch(spec.id), None, None
     if not pod.ready:
         return Wait(wake_deadline(status, plan, pods, now)), None, None
     if not rec.launched:

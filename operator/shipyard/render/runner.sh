@@ -53,13 +53,15 @@ supervisor_lost() {
   fi
 }
 
-# launch ID SIZE: read SIZE bytes of tar from stdin into the phase dir and start it, once.
+# launch ID SIZE [LIMIT]: read SIZE bytes of tar from stdin into the phase dir and start it,
+# once. Prints what `result ID LIMIT` prints: a phase that ends within GRACE seconds costs the
+# operator this one exec, its result included.
 launch() {
-  id=$1 size=$2
+  id=$1 size=$2 limit=${3:-262144}
   mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
   if ! mkdir "$STATE/$id" 2>/dev/null; then
     head -c "$size" >/dev/null  # already launched: the operator retried; never run twice
-    status "$id"
+    result "$id" "$limit"
     return 0
   fi
   now >"$STATE/$id/started"
@@ -67,14 +69,14 @@ launch() {
   rm -rf "${PHASES:?}/$id" && mkdir -p "$PHASES/$id"
   if ! head -c "$size" | tar -x -f - -C "$PHASES/$id"; then
     finish "$id" 126 0 "shipyard runner: could not unpack phase $id"
-    status "$id"
+    result "$id" "$limit"
     return 0
   fi
   echo "$id" >"$STATE/running"
   setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
   echo $! >"$STATE/$id/supervisor"
   wait_done "$STATE/$id" "$GRACE"
-  status "$id"
+  result "$id" "$limit"
 }
 
 finish() {
@@ -155,10 +157,14 @@ supervise() {
 # result ID LIMIT: the status line, then each collected file as `== PATH SIZE` + base64 body.
 # Values of secrets mounted in the pod are redacted from everything returned, whichever phase
 # wrote it (an agent may leave a key in a file that a later phase prints).
+# A finished phase's status line ends with `result=1`: its files follow.
 result() {
   id=$1 limit=${2:-262144}
-  status "$id"
-  [ -f "$STATE/$id/done" ] || return 0
+  line=$(status "$id")
+  case $line in
+    state=done*) echo "$line result=1" ;;
+    *) echo "$line"; return 0 ;;
+  esac
   emit "output" "$STATE/$id/output" "$limit"
   if [ -f "$PHASES/$id/collect" ]; then
     while IFS= read -r path; do
@@ -232,6 +238,6 @@ case $cmd in
   result) result "$@" ;;
   stop) stop "$@" ;;
   ready) ready ;;
-  *) echo "usage: runner launch ID SIZE | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready" >&2
+  *) echo "usage: runner launch ID SIZE [LIMIT] | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready" >&2
      exit 2 ;;
 esac

@@ -249,10 +249,24 @@ def test_ready_is_false_while_a_phase_runs_and_true_once_it_ends(runner: Runner)
     assert runner.ready()
 
 
+def test_a_quick_phase_s_launch_carries_its_result(runner: Runner) -> None:
+    """One exec for a phase that ends within the grace: status, output and collected files."""
+    log = runner.root / "log.txt"
+    launched = runner.launch("p1", phase(f'echo hi; echo logged > "{log}"; exit 2',
+                                         collect=(str(log),)))
+    assert launched.collected and (launched.state, launched.exit_code) == ("done", 2)
+    assert launched.output == "hi\n"
+    assert launched.files[str(log)].content == b"logged\n"
+    again = runner.launch("p1", phase("echo never"))  # a retried launch: the same result
+    assert again.collected and again.output == "hi\n"
+    assert runner.result("p1").collected
+
+
 def test_launch_waits_for_a_quick_phase_but_not_for_a_slow_one(runner: Runner) -> None:
     wait_for_go, go = gate(runner)
     began = time.monotonic()
-    assert runner.launch("slow", phase(wait_for_go), grace=1).state == "running"
+    slow = runner.launch("slow", phase(wait_for_go), grace=1)
+    assert slow.state == "running" and not slow.collected and not slow.files
     assert time.monotonic() - began < 5
     go.touch()
     runner.wait("slow")
