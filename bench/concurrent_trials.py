@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
@@ -180,21 +181,39 @@ def shipyard_events(core: client.CoreV1Api, namespace: str) -> Counter[str]:
     return found
 
 
-def follow_until(stream_fn: Callable, args: tuple, n: int, timeout: float,
-                 done_of: Callable[[dict], tuple[str, bool] | None],
+def follow_until(list_fn: Callable, args: tuple, n: int, timeout: float,
+                 done_of: Callable[[Any], tuple[str, bool] | None],
                  done: dict[str, tuple[float, bool]]) -> threading.Event:
-    """Watch objects in a thread; `done_of(obj)` → (name, success) once an object is final."""
+    """List and watch objects in a thread (listing again whenever a watch ends, as watches do
+    on a busy apiserver); `done_of(obj)` → (name, success) once an object is final."""
     finished = threading.Event()
+    deadline = time.monotonic() + timeout
+
+    def note(obj: Any) -> None:
+        result = done_of(obj)
+        if result is not None and result[0] not in done:
+            done[result[0]] = (time.monotonic(), result[1])
+            if len(done) >= n:
+                finished.set()
 
     def run() -> None:
-        w = watch.Watch()
-        for event in w.stream(stream_fn, *args, timeout_seconds=int(timeout)):
-            result = done_of(event["object"])
-            if result is not None and result[0] not in done:
-                done[result[0]] = (time.monotonic(), result[1])
-                if len(done) == n:
-                    finished.set()
-                    w.stop()
+        while not finished.is_set() and time.monotonic() < deadline:
+            try:
+                listed = list_fn(*args)
+                items = listed["items"] if isinstance(listed, dict) else listed.items
+                version = (listed["metadata"]["resourceVersion"] if isinstance(listed, dict)
+                           else listed.metadata.resource_version)
+                for obj in items:
+                    note(obj)
+                w = watch.Watch()
+                for event in w.stream(list_fn, *args, resource_version=version,
+                                      timeout_seconds=max(1, int(deadline - time.monotonic()))):
+                    note(event["object"])
+                    if finished.is_set():
+                        w.stop()
+            except Exception as e:  # a broken watch: list again
+                print(f"bench watch: {e}; listing again", file=sys.stderr)
+                time.sleep(0.5)
 
     threading.Thread(target=run, daemon=True).start()
     return finished

@@ -133,12 +133,6 @@ class TrialDriver:
             return None
         if self.status.phase == "Pending":
             await self.save(machine.start(self.status, plan, task.digest, self.generation, now()))
-            kopf.event(
-                self.body,
-                type="Normal",
-                reason="Started",
-                message=f"trial of task {spec.task_ref.name} with agent {spec.agent.name}",
-            )
         return plan
 
     async def load_task(self, name: str) -> LoadedTask:
@@ -293,13 +287,15 @@ class TrialDriver:
                                   asyncio.get_running_loop().time())
         await self.save(machine.on_pod_created(self.status, role, name, now()))
         what = "environment" if role == "env" else "verifier"
-        kopf.event(
-            self.body,
-            type="Normal",
-            reason="PodCreated",
-            message=f"{what} pod {name} created with image "
-            f"{manifest['spec']['containers'][0]['image']}",
-        )
+        message = (f"{what} pod {name} created with image "
+                   f"{manifest['spec']['containers'][0]['image']}")
+        if role == "env" and self.status.attempt == 1:  # the story's first line: one Event
+            spec = self.body.get("spec") or {}
+            kopf.event(self.body, type="Normal", reason="Started",
+                       message=f"trial of task {spec['taskRef']['name']} with agent "
+                       f"{spec['agent']['name']}: {message}")
+        else:
+            kopf.event(self.body, type="Normal", reason="PodCreated", message=message)
 
     # ------------------------------------------------------------ network policies
 
@@ -324,11 +320,12 @@ class TrialDriver:
             return False
         self.network_ready = True
         backend = (self.network or NetworkSettings()).fqdn_backend
-        kopf.event(
-            self.body, type="Normal", reason="NetworkPolicies",
-            message=f"network policies: deny-all plus {', '.join(plan.network.policies)}"
-            + (f" (FQDN backend {backend})" if backend != "none" else ""),
-        )
+        if plan.network.restricted:  # public throughout is the default: not worth an Event
+            kopf.event(
+                self.body, type="Normal", reason="NetworkPolicies",
+                message=f"network policies: deny-all plus {', '.join(plan.network.policies)}"
+                + (f" (FQDN backend {backend})" if backend != "none" else ""),
+            )
         for notice in plan.network.notices:
             kopf.event(self.body, type="Warning", reason="NetworkNotice", message=notice)
         return True
@@ -447,16 +444,9 @@ class TrialDriver:
             ):
                 if name:
                     await self.call(objects.delete_pod, self.namespace, name)
-        status = machine.finished(self.status, now())
-        cond = machine.terminal_condition(status)
-        if cond is not None:  # before the patch: a finished trial's daemon is stopped at once
-            kopf.event(
-                self.body,
-                type="Normal" if cond.type == "Complete" else "Warning",
-                reason=status.phase,
-                message=cond.message,
-            )
-        await self.save(status)
+        # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
+        # story in `kubectl describe`; Completed/Failed would repeat it.
+        await self.save(machine.finished(self.status, now()))
 
 
 def task_environ() -> dict[str, str]:

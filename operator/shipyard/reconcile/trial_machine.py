@@ -374,7 +374,6 @@ def on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phase
             rec.state = "Failed"
             return _fail_into(status, outcome, "EnvironmentSetupFailed",
                               f"preparing the environment failed: {_tail(result.output)}", now)
-        outcome.events.append(("Normal", "EnvironmentReady", "environment pod ready"))
     elif kind == "healthcheck":
         if result.exit_code != 0:
             rec.state = "Failed"
@@ -431,8 +430,7 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
             return None
         rec.state = "Failed"
         return "NonZeroAgentExitCodeError", rec.message
-    outcome.events.append(("Normal", "AgentFinished", "agent finished with exit code 0"))
-    return None
+    return None  # the story goes on with VerifierStarted: no Event of its own
 
 
 def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec: PhaseRecord,
