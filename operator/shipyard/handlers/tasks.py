@@ -22,8 +22,8 @@ def _bundle_missing(status: dict[str, Any], **_: Any) -> bool:
 
 
 @kopf.on.event(GROUP, VERSION, "tasks")
-def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
-              **_: Any) -> None:
+async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+                    **_: Any) -> None:
     """Trials load their Task from what the watch last said (no GET per trial)."""
     remember(None if event.get("type") == "DELETED" else dict(body), namespace, name)
 
