@@ -34,7 +34,11 @@ from shipyard.reconcile.runner_output import (
     RunnerProtocolError,
     parse_runner_output,
 )
-from shipyard.render.network_policy import LABEL_NETWORK, build_network_objects
+from shipyard.render.network_policy import (
+    LABEL_NETWORK,
+    build_namespace_baseline,
+    build_network_objects,
+)
 from shipyard.render.phase_bundle import build_phase_bundle
 from shipyard.render.pod import (
     RUNNER_PATH,
@@ -304,10 +308,15 @@ class TrialDriver:
         they cannot be created the trial fails (NetworkPolicyUnenforceable): never run open."""
         if self.network_ready or plan.network is None:
             return True
-        objects_ = build_network_objects(self.body, list(plan.network.policies.values()),
-                                         self.network or NetworkSettings())
+        settings = self.network or NetworkSettings()
         try:
-            await self.call(kube_network.apply_network_objects, objects_)
+            if plan.network.restricted:
+                objects_ = build_network_objects(self.body, list(plan.network.policies.values()),
+                                                 settings)
+                await self.call(kube_network.apply_network_objects, objects_)
+            else:  # public throughout: the namespace's shared policies are all it needs
+                await self.call(kube_network.ensure_namespace_baseline,
+                                build_namespace_baseline(self.namespace, settings))
         except ApiException as e:
             if e.status is not None and 500 <= e.status < 600:
                 raise  # transient: the daemon is retried

@@ -13,6 +13,10 @@
 
 Allow rules add up across objects (NetworkPolicy semantics), so switching a pod's label between
 keys switches its egress; the deny-all stays in force throughout.
+
+A trial that is `public` in every phase needs nothing of its own: the namespace's baseline
+(`build_namespace_baseline`, created once per namespace) denies all traffic to and from every
+trial pod and lets pods labelled `public` out, as `<trial>-net-public` would.
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from shipyard.plan.network import (
     ip_entries,
     policy_key,
 )
-from shipyard.render.pod import LABEL_TRIAL, dns_name, owner_reference, trial_labels
+from shipyard.render.pod import (
+    LABEL_COMPONENT,
+    LABEL_TRIAL,
+    MANAGED_BY,
+    dns_name,
+    owner_reference,
+    trial_labels,
+)
 from shipyard.taskformat import NetworkPolicy
 
 LABEL_NETWORK = "shipyard.dev/network"
@@ -66,6 +77,31 @@ def _metadata(trial: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+BASELINE_DENY = "shipyard-trial-pods-deny"
+BASELINE_PUBLIC = "shipyard-trial-pods-public"
+
+
+def build_namespace_baseline(namespace: str, settings: NetworkSettings) -> list[dict[str, Any]]:
+    """The namespace's two shared policies: deny-all for every trial pod, and the `public`
+    policy for trial pods labelled public (no owner: they serve every trial of the namespace)."""
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace,
+                "labels": {**MANAGED_BY, LABEL_COMPONENT: "network-baseline"}}
+
+    public = NetworkPolicy("public")
+    return [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": meta(BASELINE_DENY),
+         "spec": {"podSelector": {"matchExpressions": [{"key": LABEL_TRIAL,
+                                                        "operator": "Exists"}]},
+                  "policyTypes": ["Ingress", "Egress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": meta(BASELINE_PUBLIC),
+         "spec": {"podSelector": {"matchLabels": {LABEL_NETWORK: policy_key(public)}},
+                  "policyTypes": ["Egress"], "egress": _allow_egress(public, settings)}},
+    ]
+
+
 def build_deny_all(trial: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -98,12 +134,7 @@ def _public_rule(settings: NetworkSettings) -> dict[str, Any]:
     return {"to": peers}
 
 
-def build_allow_policy(
-    trial: dict[str, Any], policy: NetworkPolicy, settings: NetworkSettings
-) -> dict[str, Any] | None:
-    """The NetworkPolicy that lets pods under `policy` out; None for `no-network`."""
-    if policy.mode == "no-network":
-        return None
+def _allow_egress(policy: NetworkPolicy, settings: NetworkSettings) -> list[dict[str, Any]]:
     egress = [_dns_rule(settings)]
     if policy.mode == "public":
         egress.insert(0, _public_rule(settings))
@@ -113,6 +144,15 @@ def build_allow_policy(
         if blocks:  # TCP only: Harbor's egress control rejects all non-TCP (UDP, QUIC)
             egress.append({"to": [{"ipBlock": {"cidr": c}} for c in blocks],
                            "ports": [{"protocol": "TCP"}]})
+    return egress
+
+
+def build_allow_policy(
+    trial: dict[str, Any], policy: NetworkPolicy, settings: NetworkSettings
+) -> dict[str, Any] | None:
+    """The NetworkPolicy that lets pods under `policy` out; None for `no-network`."""
+    if policy.mode == "no-network":
+        return None
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -120,7 +160,7 @@ def build_allow_policy(
         "spec": {
             "podSelector": {"matchLabels": network_labels(trial, policy)},
             "policyTypes": ["Egress"],
-            "egress": egress,
+            "egress": _allow_egress(policy, settings),
         },
     }
 
