@@ -5,21 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
 # Importing registers the handlers with kopf.
 from shipyard.handlers import pod_watch, tasks, trials  # noqa: F401
+from shipyard.handlers.executor import MeasuredExecutor, pool_size
 from shipyard.kube.client import requests_made
 
-THREADS = 64
+_executor: MeasuredExecutor | None = None
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(THREADS))
+    global _executor
+    _executor = MeasuredExecutor(pool_size())
+    asyncio.get_running_loop().set_default_executor(_executor)
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 30
@@ -33,13 +35,15 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # `kubectl describe` shows who speaks: "From shipyard-operator", not "From kopf".
     settings.posting.reporting_component = "shipyard-operator"
     settings.posting.reporting_instance = socket.gethostname()
-    settings.execution.max_workers = THREADS
+    settings.execution.max_workers = pool_size()
 
 
 @kopf.on.cleanup()
 async def report(logger: logging.Logger, **_: Any) -> None:
     """bench/ reads this line: Shipyard's own API requests, kopf's watches not included."""
     logger.info(f"shipyard api requests: {requests_made()}")
+    if _executor is not None:
+        logger.info(_executor.summary())
 
 
 def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:

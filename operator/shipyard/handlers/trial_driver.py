@@ -286,7 +286,8 @@ class TrialDriver:
         if not await self.ensure_network(plan):
             return
         manifest = build_trial_pod(self.body, plan, role, step, name)
-        await self.call(objects.create_pod, manifest)
+        created = await self.call(objects.create_pod, manifest)
+        self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),
                                   asyncio.get_running_loop().time())
         await self.save(machine.on_pod_created(self.status, role, name, now()))

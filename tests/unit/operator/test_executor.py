@@ -1,0 +1,25 @@
+"""The measured thread pool (handlers/executor.py)."""
+
+from __future__ import annotations
+
+import threading
+
+from shipyard.handlers.executor import DEFAULT_THREADS, MeasuredExecutor, pool_size
+
+
+def test_size_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("SHIPYARD_THREADS", "12")
+    assert pool_size() == 12
+    monkeypatch.setenv("SHIPYARD_THREADS", "nonsense")
+    assert pool_size() == DEFAULT_THREADS
+
+
+def test_calls_beyond_the_pool_wait_and_the_wait_is_measured() -> None:
+    pool = MeasuredExecutor(2)
+    gate = threading.Event()
+    futures = [pool.submit(gate.wait, 5) for _ in range(3)]
+    gate.set()
+    assert all(f.result(5) for f in futures)
+    pool.shutdown()
+    assert (pool.calls, pool.peak_busy, pool.busy) == (3, 2, 0)
+    assert "thread pool: 2 threads, 3 calls, peak 2 busy" in pool.summary()
