@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import statistics
@@ -288,7 +289,8 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         arm.requests[key] = total[key]  # shared watches: the whole run's
     arm.latencies = [done[n][0] - created[n] for n in done if n in created]
     arm.ok = sum(1 for _, ok in done.values() if ok)
-    arm.note = (arm.note + f" operator log {log}").strip()
+    pool = re.search(r"thread pool: .*", log.read_text(errors="replace"))
+    arm.note = (arm.note + (f" {pool.group(0)};" if pool else "") + f" operator log {log}").strip()
     return arm
 
 
