@@ -44,6 +44,7 @@ from shipyard.render.pod import (
     RUNNER_PATH,
     build_logs_configmap,
     build_runner_configmap,
+    logs_configmap_name,
     pod_name_for,
 )
 from shipyard.render.trial_pod import build_trial_pod
@@ -70,6 +71,8 @@ class TrialDriver:
         self.name = body["metadata"]["name"]
         self.generation = body["metadata"].get("generation")
         self.status = TrialStatus.model_validate(_known_status(body.get("status") or {}))
+        self.saved = self.status  # what the Trial's status says (self.status may be ahead)
+        self.pending_logs: dict[str, str] = {}
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -82,20 +85,38 @@ class TrialDriver:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def save(self, status: TrialStatus, outcome: machine.Outcome | None = None) -> None:
+        """Take the new status (and post its Events) now; write it with `flush`.
+
+        Writes are coalesced: the status and the logs ConfigMap are written before the driver
+        waits and before anything that cannot be redone (deleting a pod, finishing), not after
+        every transition. Whatever happens between two writes can be redone after a restart
+        (pods are created by name, a launch never runs a phase twice and returns its result
+        again), so a trial whose phases end within their launch costs a handful of writes.
+        """
         if outcome is not None:
             if outcome.logs:
-                cm = build_logs_configmap(self.body, outcome.logs)
-                await self.call(objects.merge_configmap_data, cm)
-                status = status.model_copy(update={"logs_config_map": cm["metadata"]["name"]})
+                self.pending_logs.update(outcome.logs)
+                status = status.model_copy(
+                    update={"logs_config_map": logs_configmap_name(self.body)})
             for type_, reason, message in outcome.events:
                 kopf.event(self.body, type=type_, reason=reason, message=message)
             for name in outcome.delete_pods:
                 await self.call(objects.delete_pod, self.namespace, name)
-        status = machine.with_current_phase(status)
-        if status != self.status:
-            patch = status.model_dump(by_alias=True, mode="json")
+        self.status = machine.with_current_phase(status)
+        if outcome is not None and outcome.delete_pods:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write the logs ConfigMap (when new logs came) and the status (when it changed)."""
+        if self.pending_logs:
+            cm = build_logs_configmap(self.body, self.pending_logs)
+            await self.call(objects.merge_configmap_data, cm,
+                            self.saved.logs_config_map == cm["metadata"]["name"])
+            self.pending_logs = {}
+        if self.status != self.saved:
+            patch = self.status.model_dump(by_alias=True, mode="json")
             await self.call(objects.patch_status, "trials", self.namespace, self.name, patch)
-            self.status = status
+            self.saved = self.status
 
     # ------------------------------------------------------------ the loop
 
@@ -159,6 +180,7 @@ class TrialDriver:
                                           f"annotation while waiting: {e.message}") from e
                 await self.save(*machine.waiting_for_task(self.status, e.message, deadline,
                                                           now()))
+                await self.flush()
                 await self.waker.wait(min(2.0, (deadline - now()).total_seconds()))
 
     async def fail_now(self, reason: str, message: str) -> None:
@@ -195,6 +217,7 @@ class TrialDriver:
                 case machine.StopPod(role=role):
                     name = machine.pod_name(self.status, role)
                     if name and not keep:
+                        await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
                     await self.save(machine.on_pod_stopped(self.status, role))
                 case machine.Launch(phase=phase):
@@ -263,6 +286,7 @@ class TrialDriver:
         if until is not None and (deadline is None or until < deadline):
             deadline = until  # e.g. a retry's backoff, which no pod event announces
         timeout = None if deadline is None else max(0.0, (deadline - now()).total_seconds())
+        await self.flush()
         await self.waker.wait(timeout)
 
     async def observe(self, force: bool = False) -> machine.Pods:
@@ -375,6 +399,7 @@ class TrialDriver:
         changed_at = self.pod_network[pod][1]
         wait = changed_at + network_settle_sec() - asyncio.get_running_loop().time()
         if wait > 0:
+            await self.flush()
             await asyncio.sleep(wait)
         return True
 
@@ -446,6 +471,7 @@ class TrialDriver:
         return None
 
     async def finish(self, keep: bool) -> None:
+        await self.flush()  # the outcome is on record before its pods go
         if not keep:
             for name in (
                 self.status.pod_name,
@@ -457,6 +483,7 @@ class TrialDriver:
         # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
         # story in `kubectl describe`; Completed/Failed would repeat it.
         await self.save(machine.finished(self.status, now()))
+        await self.flush()
 
 
 def task_environ() -> dict[str, str]:

@@ -74,9 +74,17 @@ def ensure_configmap_once(configmap: dict[str, Any]) -> None:
             _ensured[key] = None
 
 
-def merge_configmap_data(configmap: dict[str, Any]) -> None:
-    """Create the ConfigMap, or add its data keys to the existing one."""
+def merge_configmap_data(configmap: dict[str, Any], exists: bool = False) -> None:
+    """Create the ConfigMap, or add its data keys to the existing one (`exists`: patch it
+    without trying to create it first)."""
     ns, name = configmap["metadata"]["namespace"], configmap["metadata"]["name"]
+    if exists:
+        try:
+            core().patch_namespaced_config_map(name, ns, {"data": configmap["data"]})
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
     try:
         core().create_namespaced_config_map(ns, configmap)
     except ApiException as e:
