@@ -97,6 +97,11 @@ def kubectl_path() -> str:
     return str(local[-1]) if local else os.environ.get("KUBECTL", "kubectl")
 
 
+def apply_crds(kubeconfig: str) -> None:
+    subprocess.run([kubectl_path(), "--kubeconfig", kubeconfig, "apply", "-f",
+                    str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
+
+
 def task_files(image: str, harbor: bool = False) -> dict[str, str]:
     toml = f'[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n' \
            f'[environment]\ndocker_image = "{image}"\n'
@@ -258,6 +263,9 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         finished = follow_until(custom.list_namespaced_custom_object,
                                 (GROUP, VERSION, namespace, "trials"), args.n, args.timeout,
                                 done_of, done)
+        # CRDs are cluster-wide: on a shared cluster another checkout may have applied its own
+        # since (a field it defaults would make this operator refuse the Trials).
+        apply_crds(kubeconfig)
         time.sleep(0.5)
         before_api = apiserver_requests(kubeconfig)
         began = time.monotonic()
@@ -480,8 +488,7 @@ def main() -> int:
     args = parser.parse_args()
 
     kubeconfig = ensure_cluster()
-    subprocess.run([kubectl_path(), "--kubeconfig", kubeconfig, "apply", "-f",
-                    str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
+    apply_crds(kubeconfig)
     config.load_kube_config(kubeconfig)
     api = client.ApiClient()
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
