@@ -32,6 +32,7 @@ from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import (
     PhaseStatus,
     RunnerProtocolError,
+    parse_chain_output,
     parse_runner_output,
 )
 from shipyard.render.network_policy import (
@@ -39,7 +40,7 @@ from shipyard.render.network_policy import (
     build_namespace_baseline,
     build_network_objects,
 )
-from shipyard.render.phase_bundle import build_phase_bundle
+from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
     RUNNER_PATH,
     build_logs_configmap,
@@ -224,23 +225,27 @@ class TrialDriver:
                     if not await self.switch_network(plan, plan.phase(phase)):
                         pods = await self.observe(force=True)
                         continue
-                    result = await self.exec_runner(["launch", phase], plan, phase, retries)
-                    if result is None:
+                    chain = machine.chained_phases(plan, phase)
+                    launched = await self.exec_runner(["launch", phase], plan, phase, retries,
+                                                      chain if len(chain) > 1 else None)
+                    if launched is None:
                         pods = await self.observe(force=True)
                         continue
-                    status, out = machine.on_launch(self.status, phase, result, now())
-                    await self.save(status, out)
-                    if result.collected:  # it ended within the launch: its result is here
-                        await self.record_result(plan, phase, result)
-                    elif not result.done:
+                    for phase_id, result in launched:
+                        status, out = machine.on_launch(self.status, phase_id, result, now())
+                        await self.save(status, out)
+                        if result.collected:  # it ended within the launch: its result too
+                            await self.record_result(plan, phase_id, result)
+                    if not launched[-1][1].done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
                 case machine.ReadResult(phase=phase):
-                    result = await self.exec_runner(
+                    read = await self.exec_runner(
                         ["result", phase, str(plan.log_limit_bytes)], plan, phase, retries)
-                    if result is None:
+                    if read is None:
                         pods = await self.observe(force=True)
                         continue
+                    result = read[0][1]
                     if not result.done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
@@ -425,16 +430,25 @@ class TrialDriver:
         return {"artifacts.tar": res.stdout}
 
     async def exec_runner(
-        self, args: list[str], plan: TrialPlan, phase_id: str, retries: int
-    ) -> PhaseStatus | None:
-        """Run the in-pod runner; None when the pod could not be reached (re-observe it)."""
+        self, args: list[str], plan: TrialPlan, phase_id: str, retries: int,
+        chain: list[str] | None = None,
+    ) -> list[tuple[str, PhaseStatus]] | None:
+        """Run the in-pod runner; None when the pod could not be reached (re-observe it).
+
+        `launch` (with `chain`: several phases, `runner chain`) uploads the phase bundles;
+        the answer is each launched phase's status (its result when it ended meanwhile)."""
         phase = plan.phase(phase_id)
         pod_name = machine.pod_name(self.status, phase.pod)
         assert pod_name is not None
         stdin = None
         argv = ["/bin/sh", RUNNER_PATH, *args]
         try:
-            if args[0] == "launch":
+            if chain:
+                stdin = build_chain_bundle([(i, build_phase_bundle(i, plan.phase(i)))
+                                            for i in chain])
+                argv = ["/bin/sh", RUNNER_PATH, "chain", str(plan.log_limit_bytes),
+                        str(len(stdin)), *chain]
+            elif args[0] == "launch":
                 extra = await self.artifacts_for(phase)
                 if extra:
                     phase = replace(phase, payload={**phase.payload, **extra})
@@ -442,13 +456,19 @@ class TrialDriver:
                 argv += [str(len(stdin)), str(plan.log_limit_bytes)]
         except PodGone:
             return None
+
+        def parse(text: str) -> list[tuple[str, PhaseStatus]]:
+            if chain:
+                return parse_chain_output(text)
+            return [(phase_id, parse_runner_output(text))]
+
         for attempt in range(EXEC_ATTEMPTS):
             try:
                 res = await self.call(exec_in_pod, self.namespace, pod_name, argv, stdin)
                 if res.exit_code != 0:
                     stderr = res.stderr.decode(errors="replace")[-500:]
                     raise RunnerProtocolError(f"runner exited {res.exit_code}: {stderr}")
-                return parse_runner_output(res.stdout.decode(errors="replace"))
+                return parse(res.stdout.decode(errors="replace"))
             except PodGone:
                 return None
             except (ApiException, RunnerProtocolError, TimeoutError, OSError) as e:

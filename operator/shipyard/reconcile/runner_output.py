@@ -90,3 +90,18 @@ def parse_runner_output(text: str) -> PhaseStatus:
         files=files,
         collected=head.get("result") == "1",
     )
+
+
+def parse_chain_output(text: str) -> list[tuple[str, PhaseStatus]]:
+    """What `runner chain` prints: `=== ID` before each launched phase's own output."""
+    parts: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("=== "):
+            parts.append((line[4:].strip(), []))
+        elif parts:
+            parts[-1][1].append(line)
+        elif line.strip():
+            raise RunnerProtocolError(f"unexpected runner output: {line[:200]!r}")
+    if not parts:
+        raise RunnerProtocolError("the runner launched no phase of the chain")
+    return [(phase_id, parse_runner_output("\n".join(lines))) for phase_id, lines in parts]

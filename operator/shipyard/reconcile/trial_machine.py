@@ -615,6 +615,21 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
     return ReadResult(spec.id), None, None
 
 
+def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
+    """The phases one exec launches: `phase_id`, and when it is the environment pod's own
+    preparation (Shipyard's `environment` phase, no task code) the phase after it, started
+    by the runner as soon as it ends with exit code 0 (`runner chain`). Not under a restricted
+    network: each phase then needs its own policy label first."""
+    spec = plan.phase(phase_id)
+    if spec.name != "environment" or (plan.network is not None and plan.network.restricted):
+        return [phase_id]
+    ids = [p.id for p in plan.phases]
+    at = ids.index(phase_id)
+    if at + 1 < len(ids) and plan.phases[at + 1].pod == spec.pod:
+        return [phase_id, ids[at + 1]]
+    return [phase_id]
+
+
 def _last_step(plan: TrialPlan, step: str | None) -> bool:
     return plan.steps[-1].name == step
 

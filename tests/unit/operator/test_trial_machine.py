@@ -191,6 +191,13 @@ def test_a_running_container_is_enough_to_launch_but_not_to_read_a_result() -> N
     assert isinstance(action, m.Wait)
 
 
+def test_only_the_environment_phase_is_chained_with_the_next_one() -> None:
+    plan = plan_for()
+    assert m.chained_phases(plan, "environment") == ["environment", "agent"]
+    assert m.chained_phases(plan, "agent") == ["agent"]
+    assert m.chained_phases(plan, "verifier") == ["verifier"]
+
+
 def test_environment_start_timeout() -> None:
     plan = plan_for(task(HELLO_TOML.replace("[environment]\n",
                                             "[environment]\nbuild_timeout_sec = 60\n")))
