@@ -66,6 +66,7 @@ class Arm:
     ok: int = 0
     wall: float | None = None
     latencies: list[float] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)  # agent end → verifier start (--agent-sleep)
     requests: Counter[str] = field(default_factory=Counter)
     events: Counter[str] = field(default_factory=Counter)  # reason → count
     rss_mib: float | None = None
@@ -102,13 +103,23 @@ def apply_crds(kubeconfig: str) -> None:
                     str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
 
 
-def task_files(image: str, harbor: bool = False) -> dict[str, str]:
+def task_files(image: str, harbor: bool = False, agent_sleep: float = 0) -> dict[str, str]:
+    """The trivial task. With `agent_sleep`, the oracle sleeps that long (longer than the
+    runner's launch grace: its end is then seen through the readiness probe and the pod watch)
+    and the verifier reports, as the reward key `delay`, the seconds from the agent's end to
+    its own start: the critical path from one phase's end to the next phase."""
     toml = f'[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n' \
            f'[environment]\ndocker_image = "{image}"\n'
     if harbor:  # Harbor's ack pods need whole cpus and sizes (the bench overrides the requests)
         toml += "cpus = 1\nmemory_mb = 64\nstorage_mb = 64\n"
+    solve, test = SOLVE, TEST
+    if agent_sleep:
+        solve = f"#!/bin/sh\nsleep {agent_sleep}\necho ok > /tmp/out\ndate +%s.%N > /tmp/end\n"
+        test = ("#!/bin/sh\nnow=$(date +%s.%N)\nok=0; grep -q ok /tmp/out && ok=1\n"
+                'python3 -c "import json; print(json.dumps({\'reward\': $ok, '
+                '\'delay\': $now - $(cat /tmp/end)}))" > /logs/verifier/reward.json\n')
     return {"task.toml": toml, "instruction.md": "Write ok to /tmp/out.\n",
-            "solution/solve.sh": SOLVE, "tests/test.sh": TEST}
+            "solution/solve.sh": solve, "tests/test.sh": test}
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -248,7 +259,8 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         time.sleep(3)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Task", "metadata": {"name": "trivial"},
-            "spec": {"source": {"inline": {"files": task_files(args.image)}}}})
+            "spec": {"source": {"inline": {"files": task_files(
+                args.image, agent_sleep=args.agent_sleep)}}}})
         wait_ready(custom, namespace, "trivial")
         time.sleep(1.5)  # the counts file is written every second
         before_requests = read_counts(counts)
@@ -256,6 +268,9 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         def done_of(trial: dict) -> tuple[str, bool] | None:
             status = trial.get("status") or {}
             if status.get("phase") in ("Completed", "Failed"):
+                delay = (status.get("rewards") or {}).get("delay")
+                if delay is not None and trial["metadata"]["name"] not in done:
+                    arm.delays.append(delay)
                 return (trial["metadata"]["name"],
                         status["phase"] == "Completed" and status.get("reward") == 1)
             return None
@@ -357,7 +372,8 @@ def run_harbor(args, kubeconfig: str, core) -> Arm:
     make_namespace(core, namespace)
     work = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
     task = work / "trivial"
-    for path, text in task_files(args.image, harbor=True).items():
+    for path, text in task_files(args.image, harbor=True,
+                                 agent_sleep=args.agent_sleep).items():
         (task / path).parent.mkdir(parents=True, exist_ok=True)
         (task / path).write_text(text)
         (task / path).chmod(0o755 if path.endswith(".sh") else 0o644)
@@ -396,6 +412,8 @@ def run_harbor(args, kubeconfig: str, core) -> Arm:
         arm.latencies.append(f - s)
         rewards = ((trial.get("verifier_result") or {}).get("rewards") or {})
         arm.ok += rewards.get("reward") == 1
+        if rewards.get("delay") is not None:
+            arm.delays.append(rewards["delay"])
     if starts:
         arm.wall = max(ends) - min(starts)
     arm.requests = read_counts(counts)
@@ -423,6 +441,9 @@ def table(arms: list[Arm]) -> str:
                              for a in ran]),
         ("latency p95 (s)", [fmt(percentile(a.latencies, 95) if a.latencies else None)
                              for a in ran]),
+        ("agent end -> verifier start p50/p95 (s)",
+         [f"{fmt(statistics.median(a.delays), '.2f')}/{fmt(percentile(a.delays, 95), '.2f')}"
+          if a.delays else "-" for a in ran]),
         ("requests/trial (no watches)", [fmt(a.per_trial(a.non_watch)) for a in ran]),
         ("watch requests (all)", [str(sum(v for k, v in a.requests.items()
                                           if k.startswith("watch "))) for a in ran]),
@@ -483,6 +504,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true",
                         help="run the operator under cProfile (operator.prof beside its log)")
+    parser.add_argument("--agent-sleep", type=float, default=0,
+                        help="the oracle sleeps this long; rewards carry the phase-end delay")
     parser.add_argument("--verbose", action="store_true", help="the operator's debug log")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
@@ -512,6 +535,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps([{
             "name": a.name, "n": a.n, "ok": a.ok, "wall": a.wall, "latencies": a.latencies,
             "requests": dict(a.requests), "events": dict(a.events), "rss_mib": a.rss_mib,
+            "delays": a.delays,
             "apiserver": a.apiserver, "skipped": a.skipped} for a in arms], indent=1))
     shipyard = next((a for a in arms if a.name == "shipyard"), None)
     return 0 if shipyard is None or shipyard.ok == shipyard.n else 1
