@@ -57,6 +57,7 @@ TEST = ("#!/bin/sh\ngrep -q ok /tmp/out && echo 1 > /logs/verifier/reward.txt"
         " || echo 0 > /logs/verifier/reward.txt\n")
 FLOOR_WORK = "echo ok > /tmp/out && grep -q ok /tmp/out && echo 1 > /tmp/reward && cat /tmp/reward"
 CREATORS = 16  # threads creating Trials / pods at once
+QUEUE_ENV = {"SHIPYARD_UNSCHEDULABLE_GRACE_SEC": "3600"}
 
 
 @dataclass
@@ -108,8 +109,10 @@ def task_files(image: str, harbor: bool = False, agent_sleep: float = 0) -> dict
     runner's launch grace: its end is then seen through the readiness probe and the pod watch)
     and the verifier reports, as the reward key `delay`, the seconds from the agent's end to
     its own start: the critical path from one phase's end to the next phase."""
+    # Pods beyond what the node holds wait for the scheduler: a long start timeout (and the
+    # operator's unschedulable grace, see QUEUE_ENV) lets them queue instead of failing.
     toml = f'[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n' \
-           f'[environment]\ndocker_image = "{image}"\n'
+           f'[environment]\ndocker_image = "{image}"\nbuild_timeout_sec = 3600\n'
     if harbor:  # Harbor's ack pods need whole cpus and sizes (the bench overrides the requests)
         toml += "cpus = 1\nmemory_mb = 64\nstorage_mb = 64\n"
     solve, test = SOLVE, TEST
@@ -245,7 +248,7 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
     make_namespace(core, namespace)
     work = Path(tempfile.mkdtemp(prefix="bench-shipyard-"))
     counts, log = work / "requests.json", work / "operator.log"
-    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1", **QUEUE_ENV)
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
            "operator", "--liveness", "", "-n", namespace, *(["-v"] if args.verbose else [])]
     if args.profile:
