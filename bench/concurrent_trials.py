@@ -258,6 +258,7 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
                                     start_new_session=True)
     created: dict[str, float] = {}
     done: dict[str, tuple[float, bool]] = {}
+    refused: list[str] = []
     try:
         time.sleep(3)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", {
@@ -271,6 +272,8 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         def done_of(trial: dict) -> tuple[str, bool] | None:
             status = trial.get("status") or {}
             if status.get("phase") in ("Completed", "Failed"):
+                if "Extra inputs" in str((status.get("error") or {}).get("message")):
+                    refused.append(trial["metadata"]["name"])
                 delay = (status.get("rewards") or {}).get("delay")
                 if delay is not None and trial["metadata"]["name"] not in done:
                     arm.delays.append(delay)
@@ -315,6 +318,10 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         arm.requests[key] = total[key]  # shared watches: the whole run's
     arm.latencies = [done[n][0] - created[n] for n in done if n in created]
     arm.ok = sum(1 for _, ok in done.values() if ok)
+    if refused:
+        arm.note += (f" {len(refused)} trials refused as TrialInvalid for a field this checkout"
+                     " does not know: another checkout applied its CRDs meanwhile (shared"
+                     " cluster); run again.")
     pool = re.search(r"thread pool: .*", log.read_text(errors="replace"))
     arm.note = (arm.note + (f" {pool.group(0)};" if pool else "") + f" operator log {log}").strip()
     return arm
