@@ -125,7 +125,7 @@ def test_no_network_cannot_reach_the_target_while_public_can(shipyard, target, n
     public, offline = rewards(shipyard, "public-probe"), rewards(shipyard, "offline-probe")
     assert public == {"reward": 1.0, "agent_reached": 1.0, "verifier_reached": 1.0}
     assert offline == {"reward": 0.0, "agent_reached": 0.0, "verifier_reached": 0.0}
-    # The policies are objects owned by the trial: deny-all, plus an allow policy for public.
+    # A restricted trial's policies are objects owned by the trial: deny-all (no allow policy).
     policies = client.NetworkingV1Api(shipyard.core.api_client).list_namespaced_network_policy(
         namespace).items
     owned = {p.metadata.name: p for p in policies
@@ -135,9 +135,12 @@ def test_no_network_cannot_reach_the_target_while_public_can(shipyard, target, n
     deny = owned["offline-probe-net-deny"].spec
     assert deny.pod_selector.match_labels == {"shipyard.dev/trial": "offline-probe"}
     assert sorted(deny.policy_types) == ["Egress", "Ingress"]
+    # A trial public throughout owns none: the namespace's shared baseline serves it.
     public_names = {p.metadata.name for p in policies if p.metadata.owner_references
                     and p.metadata.owner_references[0].name == "public-probe"}
-    assert public_names == {"public-probe-net-deny", "public-probe-net-public"}
+    assert public_names == set()
+    shared = {p.metadata.name for p in policies if not p.metadata.owner_references}
+    assert {"shipyard-trial-pods-deny", "shipyard-trial-pods-public"} <= shared
     assert "NetworkPolicies" in {e.reason for e in shipyard.events("offline-probe")}
 
 

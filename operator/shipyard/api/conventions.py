@@ -63,6 +63,7 @@ class Component(StrEnum):
     RUNNER = "runner"
     LOGS = "logs"
     NETWORK_POLICY = "network-policy"
+    NETWORK_BASELINE = "network-baseline"
     TASK_BUNDLE = "task-bundle"
 
 
@@ -145,6 +146,12 @@ def runner_configmap_name(script: str) -> str:
 
 def deny_all_policy_name(trial_name: str) -> str:
     return dns_name(trial_name, "net-deny")
+
+
+BASELINE_DENY_POLICY = "shipyard-trial-pods-deny"
+"""The namespace's shared deny-all for every trial pod (`render.network_policy`)."""
+BASELINE_PUBLIC_POLICY = "shipyard-trial-pods-public"
+"""The namespace's shared `public` policy, for trial pods labelled public."""
 
 
 def allow_policy_name(trial_name: str, key: str) -> str:

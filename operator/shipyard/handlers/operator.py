@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -14,24 +13,38 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
 # Importing registers the handlers with kopf.
 from shipyard.handlers import config, pod_watch, tasks, trials  # noqa: F401
+from shipyard.handlers.executor import MeasuredExecutor
 from shipyard.kube.client import requests_made
 
-THREADS = 64
+_executor: MeasuredExecutor | None = None
+
+
+class TasksOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf deep-copies every object on every watch event to detect changes, which only the
+    Task handlers (on.create/on.update) use; Trials and pods are followed through plain
+    events, so their copy (the main cost of the event loop under many trials) is skipped."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        if body.get("kind") != "Task":
+            return {}
+        return super().build(body=body, extra_fields=extra_fields)
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+    global _executor
     ours = config.load()
     if ours.error:
         logger.error(f"operator settings: {ours.error}; trials will fail with TrialInvalid")
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(THREADS))
+    _executor = MeasuredExecutor(ours.threads)
+    asyncio.get_running_loop().set_default_executor(_executor)
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 30
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = TasksOnlyDiffBase(
         prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     # Our own Events are posted explicitly (kopf.event); kopf's per-handler log lines are not.
@@ -39,13 +52,15 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     # `kubectl describe` shows who speaks: "From shipyard-operator", not "From kopf".
     settings.posting.reporting_component = "shipyard-operator"
     settings.posting.reporting_instance = socket.gethostname()
-    settings.execution.max_workers = THREADS
+    settings.execution.max_workers = ours.threads
 
 
 @kopf.on.cleanup()
 async def report(logger: logging.Logger, **_: Any) -> None:
     """bench/ reads this line: Shipyard's own API requests, kopf's watches not included."""
     logger.info(f"shipyard api requests: {requests_made()}")
+    if _executor is not None:
+        logger.info(_executor.summary())
 
 
 def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:

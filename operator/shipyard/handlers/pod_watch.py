@@ -44,8 +44,10 @@ def forget(namespace: str, trial: str) -> None:
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_TRIAL: kopf.PRESENT, LABEL_COMPONENT: kopf.PRESENT})
-def pod_changed(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
-                **_: Any) -> None:
+async def pod_changed(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+                      **_: Any) -> None:
+    """Async on purpose: kopf runs a plain function in a thread, and an asyncio.Event set from
+    another thread does not wake the loop (a phase's end would wait for some other wake-up)."""
     meta = body.get("metadata", {})
     if meta.get("labels", {}).get(LABEL_COMPONENT) not in POD_COMPONENTS:
         return

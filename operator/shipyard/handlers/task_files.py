@@ -1,8 +1,14 @@
-"""Loading the Harbor task held by a Task resource."""
+"""Loading the Harbor task held by a Task resource.
+
+Trials of one Task share what it takes to load it: the Task's latest body comes from kopf's
+watch of Tasks (`remember`), and the loaded task is kept per resourceVersion, so N trials of a
+Task cost no GET and parse it once (a Task not seen yet is read with one GET, as before).
+"""
 
 from __future__ import annotations
 
 import base64
+import threading
 from typing import Any
 
 from shipyard.api.reasons import Reason
@@ -59,8 +65,35 @@ def load_task(task: dict[str, Any]) -> LoadedTask:
         raise TaskUnavailable(Reason.TASK_INVALID, str(e)) from e
 
 
+_lock = threading.Lock()
+_bodies: dict[tuple[str, str], dict[str, Any]] = {}
+_loaded: dict[tuple[str, str], tuple[str, LoadedTask]] = {}  # → (resourceVersion, task)
+
+
+def remember(task: dict[str, Any] | None, namespace: str, name: str) -> None:
+    """The latest body of a Task from the watch (None: deleted)."""
+    with _lock:
+        if task is None:
+            _bodies.pop((namespace, name), None)
+            _loaded.pop((namespace, name), None)
+        else:
+            _bodies[(namespace, name)] = task
+
+
 def load_task_by_name(namespace: str, name: str) -> LoadedTask:
-    task = objects.get_custom("tasks", namespace, name)
+    key = (namespace, name)
+    with _lock:
+        task = _bodies.get(key)
     if task is None:
-        raise TaskUnavailable(Reason.TASK_NOT_FOUND, f"Task {namespace}/{name} not found")
-    return load_task(task)
+        task = objects.get_custom("tasks", namespace, name)
+        if task is None:
+            raise TaskUnavailable(Reason.TASK_NOT_FOUND, f"Task {namespace}/{name} not found")
+    version = task["metadata"].get("resourceVersion") or ""
+    with _lock:
+        hit = _loaded.get(key)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    loaded = load_task(task)
+    with _lock:
+        _loaded[key] = (version, loaded)
+    return loaded

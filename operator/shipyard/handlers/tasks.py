@@ -11,7 +11,7 @@ import kopf
 from shipyard.api.conventions import condition
 from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers.task_files import TaskUnavailable, load_task
+from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.plan.task_summary import summarize
 
 RECHECK_SEC = 10.0
@@ -20,6 +20,13 @@ RECHECK_SEC = 10.0
 def _bundle_missing(status: dict[str, Any], **_: Any) -> bool:
     return condition((status or {}).get("conditions"), "Ready", status=None,
                      reason=Reason.BUNDLE_NOT_FOUND) is not None
+
+
+@kopf.on.event(GROUP, VERSION, "tasks")
+async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+                    **_: Any) -> None:
+    """Trials load their Task from what the watch last said (no GET per trial)."""
+    remember(None if event.get("type") == "DELETED" else dict(body), namespace, name)
 
 
 @kopf.on.resume(GROUP, VERSION, "tasks")

@@ -37,17 +37,16 @@ from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
-from shipyard.render.network_policy import build_network_objects
-from shipyard.render.phase_bundle import build_phase_bundle
+from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
+from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
     build_logs_configmap,
     build_runner_configmap,
     build_trial_pod,
+    logs_configmap_name,
     pod_name_for,
 )
 from shipyard.taskformat import LoadedTask
-
-_runner_configmaps: set[str] = set()
 
 
 def now() -> datetime:
@@ -64,6 +63,8 @@ class TrialDriver:
         self.name = body["metadata"]["name"]
         self.generation = body["metadata"].get("generation")
         self.status = TrialStatus.model_validate(_known_status(body.get("status") or {}))
+        self.saved = self.status  # what the Trial's status says (self.status may be ahead)
+        self.pending_logs: dict[str, str] = {}
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -78,24 +79,43 @@ class TrialDriver:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def save(self, status: TrialStatus, outcome: machine.Outcome | None = None) -> None:
+        """Take the new status (and post its Events) now; write it with `flush`.
+
+        Writes are coalesced: the status and the logs ConfigMap are written before the driver
+        waits and before anything that cannot be redone (deleting a pod, finishing), not after
+        every transition. Whatever happens between two writes can be redone after a restart
+        (pods are created by name, a launch never runs a phase twice and returns its result
+        again), so a trial whose phases end within their launch costs a handful of writes.
+        """
         if outcome is not None:
             if outcome.logs:
-                cm = build_logs_configmap(self.body, outcome.logs)
-                await self.call(objects.merge_configmap_data, cm)
-                status = status.model_copy(update={"logs_config_map": cm["metadata"]["name"]})
+                self.pending_logs.update(outcome.logs)
+                status = status.model_copy(
+                    update={"logs_config_map": logs_configmap_name(self.body)})
             for type_, reason, message in outcome.events:
                 kopf.event(self.body, type=type_, reason=reason, message=message)
+            if outcome.delete_pods:
+                self.status = machine.with_current_phase(status)
+                await self.flush()  # what ran in them is on record first
             for name in outcome.delete_pods:
                 await self.call(objects.delete_pod, self.namespace, name)
             for role, key in outcome.network:
                 pod = machine.pod_name(status, role)
                 if pod is not None:
                     await self.set_network(pod, key, "baseline")
-        status = machine.with_current_phase(status)
-        if status != self.status:
-            patch = status.model_dump(by_alias=True, mode="json")
+        self.status = machine.with_current_phase(status)
+
+    async def flush(self) -> None:
+        """Write the logs ConfigMap (when new logs came) and the status (when it changed)."""
+        if self.pending_logs:
+            cm = build_logs_configmap(self.body, self.pending_logs)
+            await self.call(objects.merge_configmap_data, cm,
+                            self.saved.logs_config_map == cm["metadata"]["name"])
+            self.pending_logs = {}
+        if self.status != self.saved:
+            patch = self.status.model_dump(by_alias=True, mode="json")
             await self.call(objects.patch_status, "trials", self.namespace, self.name, patch)
-            self.status = status
+            self.saved = self.status
 
     # ------------------------------------------------------------ the loop
 
@@ -136,12 +156,6 @@ class TrialDriver:
             return None
         if self.status.phase == "Pending":
             await self.save(machine.start(self.status, plan, task.digest, self.generation, now()))
-            kopf.event(
-                self.body,
-                type="Normal",
-                reason=Reason.STARTED,
-                message=f"trial of task {spec.task_ref.name} with agent {spec.agent.name}",
-            )
         return plan
 
     async def load_task(self, name: str) -> LoadedTask:
@@ -158,6 +172,7 @@ class TrialDriver:
                 if not isinstance(decided, machine.WaitForTask):
                     raise TaskUnavailable(*decided) from e
                 await self.save(decided.status, decided.outcome)
+                await self.flush()
                 await self.waker.wait(decided.poll_sec)
 
     async def fail_now(self, reason: Reason, message: str) -> None:
@@ -200,23 +215,29 @@ class TrialDriver:
                 case machine.StopPod(role=role):
                     name = machine.pod_name(self.status, role)
                     if name and not keep:
+                        await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
                     await self.save(machine.on_pod_stopped(self.status, role))
                 case machine.Launch(phase=phase):
-                    result = await self.exec_runner("launch", plan, phase, retries)
-                    if result is None:
+                    launched = await self.exec_runner("launch", plan, phase, retries)
+                    if launched is None:
                         pods = await self.observe(force=True)
                         continue
-                    status, out = machine.on_launch(self.status, phase, result, now())
-                    await self.save(status, out)
-                    if not result.done:
+                    for phase_id, result in launched:
+                        status, out = machine.on_launch(self.status, phase_id, result, now())
+                        await self.save(status, out)
+                        if result.collected:  # it ended within the launch: its result too
+                            await self.save(*machine.on_result(self.status, plan, phase_id,
+                                                               result, now()))
+                    if not launched[-1][1].done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
                 case machine.ReadResult(phase=phase):
-                    result = await self.exec_runner("result", plan, phase, retries)
-                    if result is None:
+                    read = await self.exec_runner("result", plan, phase, retries)
+                    if read is None:
                         pods = await self.observe(force=True)
                         continue
+                    result = read[0][1]
                     if not result.done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
@@ -255,6 +276,7 @@ class TrialDriver:
         if until is not None and (deadline is None or until < deadline):
             deadline = until  # e.g. a retry's backoff, which no pod event announces
         timeout = None if deadline is None else max(0.0, (deadline - now()).total_seconds())
+        await self.flush()
         await self.waker.wait(timeout)
 
     async def observe(self, force: bool = False) -> machine.Pods:
@@ -275,26 +297,27 @@ class TrialDriver:
         return machine.Pods(env=found[0], verifier=found[1])
 
     async def create_pod(self, plan: TrialPlan, role: Role, step: str | None) -> None:
-        if self.namespace not in _runner_configmaps:
-            await self.call(objects.ensure_configmap, build_runner_configmap(self.namespace))
-            _runner_configmaps.add(self.namespace)
+        await self.call(objects.ensure_configmap_once, build_runner_configmap(self.namespace))
         names = [s.name for s in plan.steps]
         index = names.index(step) + 1 if plan.multi_step and role == Role.VERIFIER else None
         name = pod_name_for(self.body, role, index, self.status.attempt)
         if not await self.ensure_network(plan):
             return
         manifest = build_trial_pod(self.body, plan, role, step, name)
-        await self.call(objects.create_pod, manifest)
+        created = await self.call(objects.create_pod, manifest)
+        self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),
                                   self.settled_at())
         await self.save(machine.on_pod_created(self.status, role, name, now()))
-        kopf.event(
-            self.body,
-            type="Normal",
-            reason=Reason.POD_CREATED,
-            message=f"{Role(role).noun} pod {name} created with image "
-            f"{manifest['spec']['containers'][0]['image']}",
-        )
+        message = (f"{Role(role).noun} pod {name} created with image "
+                   f"{manifest['spec']['containers'][0]['image']}")
+        if role == Role.ENV and self.status.attempt == 1:  # the story's first line: one Event
+            spec = self.body.get("spec") or {}
+            kopf.event(self.body, type="Normal", reason=Reason.STARTED,
+                       message=f"trial of task {spec['taskRef']['name']} with agent "
+                       f"{spec['agent']['name']}: {message}")
+        else:
+            kopf.event(self.body, type="Normal", reason=Reason.POD_CREATED, message=message)
 
     # ------------------------------------------------------------ network policies
 
@@ -303,11 +326,17 @@ class TrialDriver:
         they cannot be created the trial fails (NetworkPolicyUnenforceable): never run open."""
         if self.network_ready or plan.network is None:
             return True
-        objects_ = build_network_objects(self.body, list(plan.network.policies.values()),
-                                         self.network or NetworkSettings(),
-                                         plan.network.model_policies, plan.network.model_peer)
+        settings = self.network or NetworkSettings()
+        own = plan.network.restricted or bool(plan.network.model_policies)
         try:
-            await self.call(kube_network.apply_network_objects, objects_)
+            if own:
+                objects_ = build_network_objects(
+                    self.body, list(plan.network.policies.values()), settings,
+                    plan.network.model_policies, plan.network.model_peer)
+                await self.call(kube_network.apply_network_objects, objects_)
+            else:  # public throughout: the namespace's shared policies are all it needs
+                await self.call(kube_network.ensure_namespace_baseline,
+                                build_namespace_baseline(self.namespace, settings))
         except ApiException as e:
             if is_server_error(e):
                 raise  # transient: the daemon is retried
@@ -318,12 +347,13 @@ class TrialDriver:
             await self.save(status, outcome)
             return False
         self.network_ready = True
-        backend = (self.network or NetworkSettings()).fqdn_backend
-        kopf.event(
-            self.body, type="Normal", reason=Reason.NETWORK_POLICIES,
-            message=f"network policies: deny-all plus {', '.join(plan.network.policies)}"
-            + (f" (FQDN backend {backend})" if backend != "none" else ""),
-        )
+        backend = settings.fqdn_backend
+        if own:  # public throughout is the default: not worth an Event
+            kopf.event(
+                self.body, type="Normal", reason=Reason.NETWORK_POLICIES,
+                message=f"network policies: deny-all plus {', '.join(plan.network.policies)}"
+                + (f" (FQDN backend {backend})" if backend != "none" else ""),
+            )
         for notice in plan.network.notices:
             kopf.event(self.body, type="Warning", reason=Reason.NETWORK_NOTICE, message=notice)
         return True
@@ -359,12 +389,16 @@ class TrialDriver:
         return build_phase_bundle(phase_id, phase)
 
     async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int
-                          ) -> PhaseStatus | None:
+                          ) -> tuple[tuple[str, PhaseStatus], ...] | None:
         """`launch` or `result` for the phase in its pod, as `exec_policy` says: retried with
-        a backoff; None when the pod must be looked at again."""
+        a backoff; None when the pod must be looked at again. A launch may start the phases
+        after it too (`trial_machine.chained_phases`): the answer is each launched phase's
+        status (its result when it ended meanwhile)."""
         role = plan.phase(phase_id).pod
         pod_name = machine.pod_name(self.status, role)
         assert pod_name is not None
+        phases = tuple(machine.chained_phases(plan, phase_id)) if command == "launch" else (
+            phase_id,)
         attempt = 0
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
@@ -375,17 +409,12 @@ class TrialDriver:
                         plan.secret_names, decided.indexes, self.namespace), now()))
                 return None
             if decided is None:
-                if command == "launch":
-                    bundle = await self.bundle(phase_id, plan.phase(phase_id))
-                    reply = bundle if isinstance(bundle, kube_runner.Reply) else await self.call(
-                        kube_runner.launch, self.namespace, pod_name, phase_id, bundle)
-                else:
-                    reply = await self.call(kube_runner.result, self.namespace, pod_name,
-                                            phase_id, plan.log_limit_bytes)
-                decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt)
+                reply = await self.exec_once(command, plan, phases, pod_name)
+                decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
+                                                 phases)
             match decided:
-                case exec_policy.Answered(status=status):
-                    return status
+                case exec_policy.Answered(results=results):
+                    return results
                 case exec_policy.Reobserve():
                     return None
                 case exec_policy.RetryExec() | exec_policy.ExecsExhausted():
@@ -401,6 +430,24 @@ class TrialDriver:
             await self.save(*failed)
         return None
 
+    async def exec_once(self, command: str, plan: TrialPlan, phases: tuple[str, ...],
+                        pod_name: str) -> kube_runner.Reply:
+        limit = plan.log_limit_bytes
+        if command != "launch":
+            return await self.call(kube_runner.result, self.namespace, pod_name, phases[0],
+                                   limit)
+        bundles = []
+        for phase_id in phases:
+            bundle = await self.bundle(phase_id, plan.phase(phase_id))
+            if isinstance(bundle, kube_runner.Reply):
+                return bundle
+            bundles.append((phase_id, bundle))
+        if len(bundles) == 1:
+            return await self.call(kube_runner.launch, self.namespace, pod_name, phases[0],
+                                   bundles[0][1], limit)
+        return await self.call(kube_runner.chain, self.namespace, pod_name, list(phases),
+                               build_chain_bundle(bundles), limit)
+
     async def secrets_delivered(self, plan: TrialPlan, phase_id: str, pod_name: str,
                                 attempt: int) -> exec_policy.SecretsDecision:
         """Before a phase that needs them, the agent's Secret files copied into its drop by
@@ -412,6 +459,7 @@ class TrialDriver:
         return exec_policy.after_put_secrets(reply.state, reply.text, reply.error, attempt)
 
     async def finish(self, keep: bool) -> None:
+        await self.flush()  # the outcome is on record before its pods go
         if not keep:
             for name in (
                 self.status.pod_name,
@@ -420,16 +468,10 @@ class TrialDriver:
             ):
                 if name:
                     await self.call(objects.delete_pod, self.namespace, name)
-        status = machine.finished(self.status, now())
-        cond = machine.terminal_condition(status)
-        if cond is not None:  # before the patch: a finished trial's daemon is stopped at once
-            kopf.event(
-                self.body,
-                type="Normal" if cond.type == "Complete" else "Warning",
-                reason=status.phase,
-                message=cond.message,
-            )
-        await self.save(status)
+        # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
+        # story in `kubectl describe`; Completed/Failed would repeat it.
+        await self.save(machine.finished(self.status, now()))
+        await self.flush()
 
 
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:

@@ -1,4 +1,5 @@
-"""kopf handlers for Trials: a daemon drives each unfinished trial; another honours
+"""kopf handlers for Trials: a task drives each unfinished trial (started from the watch,
+without kopf's daemons and so without their finalizer patches); a daemon honours
 `ttlSecondsAfterFinished` for finished ones."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import CANCEL_ANNOTATION, is_finished_phase, parse_time
+from shipyard.api.conventions import cancel_requested, is_finished_phase, parse_time
 from shipyard.api.models import GROUP, VERSION
-from shipyard.handlers import config
+from shipyard.handlers import config, trial_tasks
 from shipyard.handlers.pod_watch import wake
 from shipyard.handlers.trial_driver import TrialDriver
 from shipyard.kube import objects
@@ -27,16 +28,28 @@ def _expiring(spec: dict[str, Any], status: dict[str, Any], **_: Any) -> bool:
             and config.current().ttl_seconds(spec) is not None)
 
 
-@kopf.daemon(GROUP, VERSION, "trials", when=_unfinished, cancellation_timeout=10, initial_delay=0)
-async def drive_trial(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+@kopf.on.event(GROUP, VERSION, "trials")
+async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+                      logger: logging.Logger, **_: Any) -> None:
+    """Each unfinished Trial gets a driver task (`shipyard.handlers.trial_tasks`); a cancel
+    request wakes it, and it decides `Cancelled` and stops its pods."""
+    raw = dict(body)
+    if event.get("type") == "DELETED":
+        trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
+        return
+    if not trial_tasks.update(namespace, name, raw) and _unfinished(raw.get("status") or {}):
+        trial_tasks.start(namespace, name, raw, logger, drive)
+    if cancel_requested((raw.get("metadata") or {}).get("annotations")):
+        wake(namespace, name)
+
+
+async def drive(body: kopf.Body, logger: logging.Logger) -> None:
     await TrialDriver(body, logger, config.current()).run()
 
 
-@kopf.on.event(GROUP, VERSION, "trials", annotations={CANCEL_ANNOTATION: kopf.PRESENT},
-               when=_unfinished)
-def cancel_requested(namespace: str, name: str, **_: Any) -> None:
-    """Wake the trial's driver, which decides `Cancelled` and stops its pods."""
-    wake(namespace, name)
+@kopf.on.cleanup()
+async def stop_drivers(**_: Any) -> None:
+    await trial_tasks.stop_all(timeout=10)
 
 
 @kopf.daemon(GROUP, VERSION, "trials", when=_expiring, cancellation_timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -53,9 +54,37 @@ def ensure_configmap(configmap: dict[str, Any]) -> None:
             raise
 
 
-def merge_configmap_data(configmap: dict[str, Any]) -> None:
-    """Create the ConfigMap, or add its data keys to the existing one."""
+_ensured_lock = threading.Lock()
+_ensured: dict[tuple[str, str], threading.Lock | None] = {}
+
+
+def ensure_configmap_once(configmap: dict[str, Any]) -> None:
+    """`ensure_configmap`, once per process for a content-addressed ConfigMap (the runner's),
+    however many trials of a namespace start at once: one request, not one per trial."""
+    key = (configmap["metadata"]["namespace"], configmap["metadata"]["name"])
+    with _ensured_lock:
+        lock = _ensured.setdefault(key, threading.Lock())
+    if lock is None:
+        return
+    with lock:
+        if _ensured.get(key) is None:
+            return
+        ensure_configmap(configmap)
+        with _ensured_lock:
+            _ensured[key] = None
+
+
+def merge_configmap_data(configmap: dict[str, Any], exists: bool = False) -> None:
+    """Create the ConfigMap, or add its data keys to the existing one (`exists`: patch it
+    without trying to create it first)."""
     ns, name = configmap["metadata"]["namespace"], configmap["metadata"]["name"]
+    if exists:
+        try:
+            core().patch_namespaced_config_map(name, ns, {"data": configmap["data"]})
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
     try:
         core().create_namespaced_config_map(ns, configmap)
     except ApiException as e:

@@ -12,6 +12,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_TASK_ENV_ALLOW | `task_env` |
 | SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED | `trial_ttl_seconds` |
 | SHIPYARD_AGENT_BUNDLE_REPOSITORY | `agent_bundle_repository` |
+| SHIPYARD_THREADS | `threads` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
 TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
@@ -31,6 +32,7 @@ TASK_WAIT_ENV = "SHIPYARD_TASK_WAIT_SEC"
 NETWORK_SETTLE_ENV = "SHIPYARD_NETWORK_SETTLE_SEC"
 TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
+THREADS_ENV = "SHIPYARD_THREADS"
 
 TASK_WAIT_SEC = 60.0
 """How long a Trial waits for a Task that does not exist yet."""
@@ -56,9 +58,18 @@ def task_environ(environ: Mapping[str, str], allow: str) -> dict[str, str]:
     return {k: v for k, v in environ.items() if any(fnmatchcase(k, p) for p in patterns)}
 
 
-def _ttl(environ: Mapping[str, str]) -> int | None:
-    raw = environ.get(DEFAULT_TTL_ENV, "").strip()
+THREADS = 64
+"""The blocking-call thread pool's size: asyncio's default, min(32, cores + 4), is 6 threads on a
+2-core node, one ceiling shared by every trial (`shipyard.handlers.executor` measures it)."""
+
+
+def _positive_int(environ: Mapping[str, str], name: str) -> int | None:
+    raw = environ.get(name, "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def _ttl(environ: Mapping[str, str]) -> int | None:
+    return _positive_int(environ, DEFAULT_TTL_ENV)
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ class OperatorSettings:
     """Operator-wide `ttlSecondsAfterFinished` for Trials that set none (None: kept)."""
     agent_bundle_repository: str | None = None
     """Where installed agents' bundle images are (None: the local cluster's own)."""
+    threads: int = THREADS
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -94,6 +106,7 @@ class OperatorSettings:
             task_env=task_environ(environ, environ.get(TASK_ENV_ALLOW, "")),
             trial_ttl_seconds=_ttl(environ),
             agent_bundle_repository=environ.get(BUNDLE_REPOSITORY_ENV) or None,
+            threads=_positive_int(environ, THREADS_ENV) or THREADS,
             error="; ".join(errors) or None,
         )
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from shipyard.reconcile.runner_output import (
     PhaseStatus,
     RunnerProtocolError,
+    parse_chain_output,
     parse_put_secrets,
     parse_runner_output,
 )
@@ -18,9 +19,9 @@ EXEC_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class Answered:
-    """The runner answered: its parsed status."""
+    """The runner answered: each phase's parsed status (several after `runner chain`)."""
 
-    status: PhaseStatus
+    results: tuple[tuple[str, PhaseStatus], ...]
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,18 @@ def backoff(attempt: int) -> float:
     return 1.0 + attempt * 2
 
 
-def after_exec(state: str, stdout: str, error: str, attempt: int) -> ExecDecision:
-    """`state` is the exec's outcome (``ok``, ``gone`` or ``failed``, with `error`); an
-    answer the runner protocol cannot read counts as a failed attempt."""
+def after_exec(state: str, stdout: str, error: str, attempt: int,
+               phases: tuple[str, ...]) -> ExecDecision:
+    """`state` is the exec's outcome (``ok``, ``gone`` or ``failed``, with `error`) for the
+    `phases` it launched or read (more than one: a `runner chain`); an answer the runner
+    protocol cannot read counts as a failed attempt."""
     if state == "gone":
         return Reobserve()
     if state == "ok":
         try:
-            return Answered(parse_runner_output(stdout))
+            if len(phases) > 1:
+                return Answered(tuple(parse_chain_output(stdout)))
+            return Answered(((phases[0], parse_runner_output(stdout)),))
         except RunnerProtocolError as e:
             error = str(e)
     if attempt + 1 < EXEC_ATTEMPTS:

@@ -29,6 +29,7 @@ class PhaseStatus:
     started: str | None = None
     finished: str | None = None
     files: dict[str, CollectedFile] = field(default_factory=dict)
+    collected: bool = False  # a finished phase's files are here (`result`, or a quick `launch`)
 
     @property
     def done(self) -> bool:
@@ -89,6 +90,7 @@ def parse_runner_output(text: str) -> PhaseStatus:
         started=head.get("started") or None,
         finished=head.get("finished") or None,
         files=files,
+        collected=head.get("result") == "1",
     )
 
 
@@ -99,3 +101,18 @@ def parse_put_secrets(text: str) -> tuple[int, ...]:
     if fields.get("secrets") not in ("ok", "missing"):
         raise RunnerProtocolError(f"put-secrets answered {text[:200]!r}")
     return tuple(int(i) for i in fields.get("missing", "").split(",") if i.isdigit())
+
+
+def parse_chain_output(text: str) -> list[tuple[str, PhaseStatus]]:
+    """What `runner chain` prints: `=== ID` before each launched phase's own output."""
+    parts: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("=== "):
+            parts.append((line[4:].strip(), []))
+        elif parts:
+            parts[-1][1].append(line)
+        elif line.strip():
+            raise RunnerProtocolError(f"unexpected runner output: {line[:200]!r}")
+    if not parts:
+        raise RunnerProtocolError("the runner launched no phase of the chain")
+    return [(phase_id, parse_runner_output("\n".join(lines))) for phase_id, lines in parts]

@@ -410,7 +410,6 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
             rec.state = "Failed"
             return _fail_into(status, outcome, Reason.ENVIRONMENT_SETUP_FAILED,
                               f"preparing the environment failed: {_tail(result.output)}", now)
-        outcome.events.append(("Normal", Reason.ENVIRONMENT_READY, "environment pod ready"))
     elif kind == "healthcheck":
         if result.exit_code != 0:
             rec.state = "Failed"
@@ -478,8 +477,7 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
             return None
         rec.state = "Failed"
         return HarborError.NON_ZERO_AGENT_EXIT, rec.message
-    outcome.events.append(("Normal", Reason.AGENT_FINISHED, "agent finished with exit code 0"))
-    return None
+    return None  # the story goes on with VerifierStarted: no Event of its own
 
 
 TRAJECTORY_LIMIT_BYTES = 256 * 1024
@@ -668,10 +666,13 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         if terminal_condition(new) is None:
             return Wait(parse_time(new.retry_at)), new, out
         return Finish(), new, out
+    if not rec.launched and (pod.ready or pod.running):
+        # A launch needs only a running container: the runner itself refuses to start a
+        # phase twice, so the readiness probe's first pass is not waited for. The phase's
+        # network policy is in force first.
+        return _network_switch(plan, spec, pod, now) or Launch(spec.id), None, None
     if not pod.ready:
         return Wait(wake_deadline(status, plan, pods, now)), None, None
-    if not rec.launched:
-        return _network_switch(plan, spec, pod, now) or Launch(spec.id), None, None
     return ReadResult(spec.id), None, None
 
 
@@ -727,6 +728,25 @@ def task_missing(status: TrialStatus, message: str, created_at: datetime | None,
                 f"cancelled by the {CANCEL_ANNOTATION} annotation while waiting: {message}")
     new, outcome = waiting_for_task(status, message, deadline, now)
     return WaitForTask(new, outcome, min(TASK_POLL_SEC, (deadline - now).total_seconds()))
+
+
+def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
+    """The phases one exec launches: `phase_id`, and when it is the environment pod's own
+    preparation (Shipyard's `environment` phase, no task code) the phase after it, started
+    by the runner as soon as it ends with exit code 0 (`runner chain`). Not under a restricted
+    network (each phase then needs its own policy label first), nor into a phase that needs
+    Secrets."""
+    spec = plan.phase(phase_id)
+    if spec.name != "environment" or (plan.network is not None and plan.network.restricted):
+        return [phase_id]
+    ids = [p.id for p in plan.phases]
+    at = ids.index(phase_id)
+    after = plan.phases[at + 1] if at + 1 < len(ids) else None
+    # A phase that needs Secrets gets them just before its own launch (each launch clears
+    # the other phases' secret drops).
+    if after is not None and after.pod == spec.pod and not after.secrets:
+        return [phase_id, ids[at + 1]]
+    return [phase_id]
 
 
 def _last_step(plan: TrialPlan, step: str | None) -> bool:

@@ -13,6 +13,10 @@
 
 Allow rules add up across objects (NetworkPolicy semantics), so switching a pod's label between
 keys switches its egress; the deny-all stays in force throughout.
+
+A trial that is `public` in every phase needs nothing of its own: the namespace's baseline
+(`build_namespace_baseline`, created once per namespace) denies all traffic to and from every
+trial pod and lets pods labelled `public` out, as `<trial>-net-public` would.
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from shipyard.api.conventions import (
+    BASELINE_DENY_POLICY,
+    BASELINE_PUBLIC_POLICY,
+    LABEL_COMPONENT,
     LABEL_NETWORK,
+    LABEL_TRIAL,
+    MANAGED_BY,
     Component,
     allow_policy_name,
     deny_all_policy_name,
@@ -76,6 +85,27 @@ def _metadata(trial: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+def build_namespace_baseline(namespace: str, settings: NetworkSettings) -> list[dict[str, Any]]:
+    """The namespace's two shared policies: deny-all for every trial pod, and the `public`
+    policy for trial pods labelled public (no owner: they serve every trial of the namespace)."""
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace,
+                "labels": {**MANAGED_BY, LABEL_COMPONENT: Component.NETWORK_BASELINE}}
+
+    public = NetworkPolicy("public")
+    return [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": meta(BASELINE_DENY_POLICY),
+         "spec": {"podSelector": {"matchExpressions": [{"key": LABEL_TRIAL,
+                                                        "operator": "Exists"}]},
+                  "policyTypes": ["Ingress", "Egress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": meta(BASELINE_PUBLIC_POLICY),
+         "spec": {"podSelector": {"matchLabels": {LABEL_NETWORK: policy_key(public)}},
+                  "policyTypes": ["Egress"], "egress": _allow_egress(public, settings)}},
+    ]
+
+
 def build_deny_all(trial: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -128,12 +158,15 @@ def build_allow_policy(
     `model`, the variant `key` of the policy that also reaches the model server pods."""
     if model is not None and key is not None:
         egress = [model_rule(trial, model)]
-        base = build_allow_policy(trial, policy, settings)
-        if base is not None:
-            egress = base["spec"]["egress"] + egress
+        if policy.mode != "no-network":
+            egress = _allow_egress(policy, settings) + egress
         return _allow_object(trial, policy, key, egress)
     if policy.mode == "no-network":
         return None
+    return _allow_object(trial, policy, None, _allow_egress(policy, settings))
+
+
+def _allow_egress(policy: NetworkPolicy, settings: NetworkSettings) -> list[dict[str, Any]]:
     egress = [_dns_rule(settings)]
     if policy.mode == "public":
         egress.insert(0, _public_rule(settings))
@@ -143,7 +176,7 @@ def build_allow_policy(
         if blocks:  # TCP only: Harbor's egress control rejects all non-TCP (UDP, QUIC)
             egress.append({"to": [{"ipBlock": {"cidr": c}} for c in blocks],
                            "ports": [{"protocol": "TCP"}]})
-    return _allow_object(trial, policy, None, egress)
+    return egress
 
 
 def _allow_object(trial: dict[str, Any], policy: NetworkPolicy, key: str | None,

@@ -50,3 +50,15 @@ def build_phase_bundle(phase_id: str, phase: PhaseSpec) -> bytes:
             info.mode = mode
             tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()
+
+
+def build_chain_bundle(bundles: list[tuple[str, bytes]]) -> bytes:
+    """The tar `runner chain` reads: each phase's own bundle as `<phase id>.tar`."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for phase_id, bundle in bundles:
+            info = tarfile.TarInfo(f"{phase_id}.tar")
+            info.size = len(bundle)
+            info.mode = 0o600
+            tar.addfile(info, io.BytesIO(bundle))
+    return buf.getvalue()

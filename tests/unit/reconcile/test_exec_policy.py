@@ -9,17 +9,25 @@ DONE = runner_text("state=done rc=0 timed_out=0 started=2026-01-01T00:00:00Z")
 
 
 def test_an_answer_is_parsed() -> None:
-    decided = p.after_exec("ok", DONE, "", 0)
+    decided = p.after_exec("ok", DONE, "", 0, ("agent",))
     assert isinstance(decided, p.Answered)
-    assert decided.status.done and decided.status.exit_code == 0
+    [(phase, status)] = decided.results
+    assert phase == "agent" and status.done and status.exit_code == 0
+
+
+def test_a_chain_answers_for_each_launched_phase() -> None:
+    text = f"=== environment\n{DONE}\n=== agent\n{DONE}\n"
+    decided = p.after_exec("ok", text, "", 0, ("environment", "agent"))
+    assert isinstance(decided, p.Answered)
+    assert [phase for phase, _ in decided.results] == ["environment", "agent"]
 
 
 def test_a_gone_pod_is_looked_at_again_at_once() -> None:
-    assert p.after_exec("gone", "", "pod ns/x not found", 0) == p.Reobserve()
+    assert p.after_exec("gone", "", "pod ns/x not found", 0, ("a",)) == p.Reobserve()
 
 
 def test_failures_are_retried_with_a_growing_backoff_then_exhausted() -> None:
-    decisions = [p.after_exec("failed", "", "runner exited 1: boom", i)
+    decisions = [p.after_exec("failed", "", "runner exited 1: boom", i, ("a",))
                  for i in range(p.EXEC_ATTEMPTS)]
     assert decisions[:-1] == [p.RetryExec(1.0, "runner exited 1: boom"),
                               p.RetryExec(3.0, "runner exited 1: boom")]
@@ -27,7 +35,7 @@ def test_failures_are_retried_with_a_growing_backoff_then_exhausted() -> None:
 
 
 def test_an_unreadable_answer_counts_as_a_failed_attempt() -> None:
-    decided = p.after_exec("ok", "garbage", "", 0)
+    decided = p.after_exec("ok", "garbage", "", 0, ("a",))
     assert isinstance(decided, p.RetryExec) and "unexpected runner output" in decided.error
 
 

@@ -178,6 +178,25 @@ def test_wait_while_the_pod_is_not_ready_then_launch_the_environment_phase() -> 
     assert action == m.Launch("environment")
 
 
+def test_a_running_container_is_enough_to_launch_but_not_to_read_a_result() -> None:
+    """The readiness probe's first pass is not waited for: the runner refuses double starts."""
+    plan = plan_for()
+    status = with_pod(plan)
+    assert not BUSY.ready and BUSY.running
+    action, decided, _ = m.next_action(status, plan, pods(BUSY), at(1))
+    assert action == m.Launch("environment") and decided is None
+    launched, _ = m.on_launch(status, "environment", running(), at(2))
+    action, _, _ = m.next_action(launched, plan, pods(BUSY), at(3))
+    assert isinstance(action, m.Wait)
+
+
+def test_only_the_environment_phase_is_chained_with_the_next_one() -> None:
+    plan = plan_for()
+    assert m.chained_phases(plan, "environment") == ["environment", "agent"]
+    assert m.chained_phases(plan, "agent") == ["agent"]
+    assert m.chained_phases(plan, "verifier") == ["verifier"]
+
+
 def test_environment_start_timeout() -> None:
     plan = plan_for(task(HELLO_TOML.replace("[environment]\n",
                                             "[environment]\nbuild_timeout_sec = 60\n")))

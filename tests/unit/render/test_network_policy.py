@@ -39,6 +39,7 @@ from shipyard.render.network_policy import (
     build_cilium_fqdn_policy,
     build_deny_all,
     build_gke_fqdn_policy,
+    build_namespace_baseline,
     build_network_objects,
     network_labels,
 )
@@ -103,6 +104,22 @@ def test_deny_all_selects_every_pod_of_the_trial_both_ways() -> None:
                             "policyTypes": ["Ingress", "Egress"]}
     owner = deny["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("Trial", "net-trial", True)
+
+
+def test_the_namespace_baseline_is_what_a_public_trial_would_own() -> None:
+    """A trial public throughout owns no policy: the namespace's deny-all for every trial pod
+    and its `public` policy do the same, for all of them at once."""
+    settings = NetworkSettings(fqdn_backend="none")
+    deny, public = build_namespace_baseline("ns", settings)
+    assert deny["spec"] == {"podSelector": {"matchExpressions": [
+        {"key": "shipyard.dev/trial", "operator": "Exists"}]},
+        "policyTypes": ["Ingress", "Egress"]}
+    own = build_allow_policy(trial(), PUBLIC, settings)
+    assert own is not None
+    assert public["spec"]["egress"] == own["spec"]["egress"]
+    assert public["spec"]["podSelector"] == {"matchLabels": {LABEL_NETWORK: "public"}}
+    for obj in (deny, public):
+        assert obj["metadata"]["namespace"] == "ns" and "ownerReferences" not in obj["metadata"]
 
 
 def test_no_network_has_no_allow_object_so_dns_is_denied_too() -> None:

@@ -20,8 +20,12 @@ from pathlib import Path
 import pytest
 
 from shipyard.plan.phases import PhaseSpec
-from shipyard.reconcile.runner_output import PhaseStatus, parse_runner_output
-from shipyard.render.phase_bundle import build_phase_bundle
+from shipyard.reconcile.runner_output import (
+    PhaseStatus,
+    parse_chain_output,
+    parse_runner_output,
+)
+from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import runner_script
 
 DASH = shutil.which("dash")
@@ -254,10 +258,59 @@ def test_ready_is_false_while_a_phase_runs_and_true_once_it_ends(runner: Runner)
     assert runner.ready()
 
 
+def test_a_quick_phase_s_launch_carries_its_result(runner: Runner) -> None:
+    """One exec for a phase that ends within the grace: status, output and collected files."""
+    log = runner.root / "log.txt"
+    launched = runner.launch("p1", phase(f'echo hi; echo logged > "{log}"; exit 2',
+                                         collect=(str(log),)))
+    assert launched.collected and (launched.state, launched.exit_code) == ("done", 2)
+    assert launched.output == "hi\n"
+    assert launched.files[str(log)].content == b"logged\n"
+    again = runner.launch("p1", phase("echo never"))  # a retried launch: the same result
+    assert again.collected and again.output == "hi\n"
+    assert runner.result("p1").collected
+
+
+def chain(runner: Runner, *phases: tuple[str, PhaseSpec]) -> list[tuple[str, PhaseStatus]]:
+    bundle = build_chain_bundle([(i, build_phase_bundle(i, p)) for i, p in phases])
+    res = runner.run("chain", "262144", str(len(bundle)), *[i for i, _ in phases], stdin=bundle)
+    assert res.returncode == 0, res.stderr
+    return parse_chain_output(res.stdout.decode())
+
+
+def test_a_chain_launches_the_next_phase_once_the_first_ends_well(runner: Runner) -> None:
+    marker = runner.root / "first-ran"
+    out = chain(runner, ("env", phase(f'touch "{marker}"')),
+                ("agent", phase(f'test -f "{marker}" && echo after')))
+    assert [i for i, _ in out] == ["env", "agent"]
+    assert all(r.collected and r.exit_code == 0 for _, r in out)
+    assert out[1][1].output == "after\n"
+    assert not list(runner.root.glob("staging.*"))  # nothing left unpacked
+    again = chain(runner, ("env", phase("echo never")), ("agent", phase("echo never")))
+    assert [r.output for _, r in again] == ["", "after\n"]  # launched once each
+
+
+def test_a_chain_stops_at_a_failed_or_slow_phase(runner: Runner) -> None:
+    out = chain(runner, ("env", phase("exit 4")), ("agent", phase("echo never")))
+    assert [(i, r.exit_code) for i, r in out] == [("env", 4)]
+    assert runner.status("agent").state == "none"
+    assert not list(runner.root.glob("staging.*"))
+    wait_for_go, go = gate(runner)
+    bundle = build_chain_bundle([(i, build_phase_bundle(i, phase(c))) for i, c in
+                                 (("slow", wait_for_go), ("next", "echo never"))])
+    res = runner.run("chain", "262144", str(len(bundle)), "slow", "next", stdin=bundle, grace=1)
+    launched = parse_chain_output(res.stdout.decode())
+    assert [(i, r.state) for i, r in launched] == [("slow", "running")]
+    go.touch()
+    runner.wait("slow")
+    assert runner.status("next").state == "none"
+
+
 def test_launch_waits_for_a_quick_phase_but_not_for_a_slow_one(runner: Runner) -> None:
     wait_for_go, go = gate(runner)
     began = time.monotonic()
-    assert runner.launch("slow", phase(wait_for_go), grace=1).state == "running"
+    slow = runner.launch("slow", phase(wait_for_go), grace=1)
+    assert slow.state == "running" and not slow.collected and not slow.files
     assert time.monotonic() - began < 5
     go.touch()
     runner.wait("slow")

@@ -1,0 +1,57 @@
+"""The thread pool behind every blocking Kubernetes call (asyncio.to_thread), measured.
+
+The kubernetes client is blocking, so each call holds a thread while it waits for the apiserver
+(an exec for as long as the runner's launch grace). asyncio's default pool has
+min(32, cores + 4) threads: 6 on a 2-core node, a ceiling shared by every trial. This pool is
+sized by `OperatorSettings.threads` (SHIPYARD_THREADS) and records how long calls waited for a
+free thread and how many ran at once, so the size is chosen from numbers (the operator logs
+them at exit and bench/ prints them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+
+class MeasuredExecutor(ThreadPoolExecutor):
+    def __init__(self, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix="kube")
+        self.size = max_workers
+        self._lock = threading.Lock()
+        self.busy = self.peak_busy = self.calls = 0
+        self.waits: list[float] = []  # seconds each call waited for a thread (last 100,000)
+
+    def submit(self, fn, /, *args: Any, **kwargs: Any) -> Future:
+        queued = time.monotonic()
+
+        def timed() -> Any:
+            with self._lock:
+                self.calls += 1
+                self.busy += 1
+                self.peak_busy = max(self.peak_busy, self.busy)
+                self.waits.append(time.monotonic() - queued)
+                if len(self.waits) > 100_000:
+                    del self.waits[:50_000]
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.busy -= 1
+
+        return super().submit(timed)
+
+    def summary(self) -> str:
+        with self._lock:
+            waits = sorted(self.waits)
+        if not waits:
+            return f"thread pool: {self.size} threads, no calls"
+
+        def pct(p: float) -> float:
+            return waits[min(len(waits) - 1, round(p / 100 * (len(waits) - 1)))] * 1000
+
+        return (f"thread pool: {self.size} threads, {self.calls} calls, peak {self.peak_busy} "
+                f"busy; waited for a thread p50 {pct(50):.1f} ms, p95 {pct(95):.1f} ms, "
+                f"max {waits[-1] * 1000:.1f} ms")

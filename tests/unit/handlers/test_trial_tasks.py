@@ -1,0 +1,81 @@
+"""The per-trial driver tasks (handlers/trial_tasks.py), with stand-in drivers: no cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shipyard.handlers import trial_tasks
+
+LOG = logging.getLogger("test")
+
+
+def trial(uid: str = "u1", phase: str = "Running", note: str = "") -> dict:
+    return {"metadata": {"name": "t", "namespace": "ns", "uid": uid,
+                         "annotations": {"note": note}}, "status": {"phase": phase}}
+
+
+def test_a_task_sees_the_live_body_and_is_not_started_again_once_it_returns() -> None:
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def driver(body, logger) -> None:
+        await release.wait()
+        seen.append(body["metadata"]["annotations"]["note"])
+
+    async def scenario() -> None:
+        assert not trial_tasks.update("ns", "t", trial())
+        trial_tasks.start("ns", "t", trial(), LOG, driver)
+        assert trial_tasks.update("ns", "t", trial(note="later"))
+        release.set()
+        await asyncio.sleep(0.01)
+        assert seen == ["later"] and trial_tasks.running() == 0
+        # A late event still showing it unfinished does not start it again.
+        assert trial_tasks.update("ns", "t", trial(note="stale"))
+        trial_tasks.stop("ns", "t", "u1")
+        # A new Trial of the same name (another uid) is a new trial.
+        assert not trial_tasks.update("ns", "t", trial(uid="u2"))
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_driver_is_started_again_and_deletion_cancels_it(monkeypatch) -> None:
+    calls: list[int] = []
+    cancelled = asyncio.Event()
+
+    async def driver(body, logger) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("apiserver 503")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    monkeypatch.setattr(trial_tasks, "FIRST_BACKOFF_SEC", 0.0)
+
+    async def scenario() -> None:
+        trial_tasks.start("ns", "t", trial(uid="u3"), LOG, driver)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(calls) == 2 and trial_tasks.running() == 1
+        trial_tasks.stop("ns", "t", "u3")
+        await asyncio.wait_for(cancelled.wait(), 1)
+        assert trial_tasks.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_stop_all_cancels_every_task() -> None:
+    async def driver(body, logger) -> None:
+        await asyncio.Event().wait()
+
+    async def scenario() -> None:
+        for i in range(3):
+            trial_tasks.start("ns", f"t{i}", trial(uid=f"s{i}"), LOG, driver)
+        await asyncio.sleep(0)
+        await trial_tasks.stop_all(timeout=1)
+        assert trial_tasks.running() == 0
+
+    asyncio.run(scenario())
