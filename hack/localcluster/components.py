@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubeproxy import apiserver_network_flags, kube_proxy_argv, write_kube_proxy_config
 from imagebuilds import buildkitd_argv, registry_argv
 from imagebuilds import write_configs as write_build_configs
+from kubeproxy import apiserver_network_flags, kube_proxy_argv, write_kube_proxy_config
 from kuberouter import kube_router_argv
 from layout import (
     APISERVER_PORT,

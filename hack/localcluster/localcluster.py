@@ -27,7 +27,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from components import APISERVER_URL, components, log_path, write_configs
-from images import IMAGES, ensure_imported
 from imagebuilds import (
     buildkitd_healthy,
     ensure_binaries,
@@ -35,6 +34,7 @@ from imagebuilds import (
     ensure_seeds,
     registry_healthy,
 )
+from images import IMAGES, ensure_imported
 from kubeproxy import kube_proxy_cleanup_argv
 from kuberouter import (
     BuildError,

@@ -72,7 +72,7 @@ def number(value: float | int | None) -> str:
     return f"{value:g}"
 
 
-WAITING_REASONS = ("WaitingForTask", "Retrying")
+WAITING_REASONS = ("WaitingForTask", "WaitingForImage", "Retrying")
 
 
 def waiting_note(status: dict[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 # Importing registers the handlers with kopf.
-from shipyard.handlers import pod_watch, tasks, trials  # noqa: F401
+from shipyard.handlers import image_builds, pod_watch, tasks, trials  # noqa: F401
 from shipyard.kube.client import requests_made
 
 THREADS = 64

@@ -18,13 +18,20 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from shipyard.api.models import CANCEL_ANNOTATION, TrialSpec, TrialStatus, cancel_requested
+from shipyard.api.models import (
+    CANCEL_ANNOTATION,
+    TrialSpec,
+    TrialStatus,
+    cancel_requested,
+)
+from shipyard.handlers import image_builds
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
 from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube.pod_exec import PodGone, exec_in_pod
 from shipyard.plan.accelerators import SchedulingSettings
+from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkSettingError, NetworkSettings, settings_from_env
 from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
 from shipyard.reconcile import trial_machine as machine
@@ -125,7 +132,8 @@ class TrialDriver:
                 scheduling = SchedulingSettings.from_env(os.environ)
             except (NetworkSettingError, ValueError) as e:
                 raise PlanError("TrialInvalid", f"operator settings: {e}") from e
-            plan = build_plan(task, spec, task_environ(), self.network, scheduling)
+            images = await self.wait_for_images(spec, task)
+            plan = build_plan(task, spec, task_environ(), self.network, scheduling, images)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
@@ -163,6 +171,30 @@ class TrialDriver:
                 await self.save(*machine.waiting_for_task(self.status, e.message, deadline,
                                                           now()))
                 await self.waker.wait(min(2.0, (deadline - now()).total_seconds()))
+
+    async def wait_for_images(self, spec: TrialSpec, task: LoadedTask) -> dict[str, str]:
+        """The Task's images by role, once built (one build serves all its trials: they
+        wait, woken when a build changes); TaskUnavailable when they cannot be had
+        (ImageBuildFailed is never retried)."""
+        task_name = spec.task_ref.name
+        override = spec.environment.image is not None
+        try:
+            while True:
+                decision = await self.call(image_builds.trial_decision, self.namespace,
+                                           task_name, task, override)
+                if isinstance(decision, ImagesReady):
+                    return decision.refs
+                if isinstance(decision, ImagesFailed):
+                    raise TaskUnavailable(decision.reason, decision.message)
+                if self.cancelling():
+                    raise TaskUnavailable("Cancelled", f"cancelled by the {CANCEL_ANNOTATION} "
+                                          f"annotation while {decision.message}")
+                image_builds.wait_for(self.namespace, task_name, self.name)
+                await self.save(*machine.waiting_for_image(self.status, decision.message,
+                                                           now()))
+                await self.waker.wait(30.0)
+        finally:
+            image_builds.stop_waiting(self.namespace, task_name, self.name)
 
     async def fail_now(self, reason: str, message: str) -> None:
         status, outcome = machine.fail(self.status, reason, message, now())

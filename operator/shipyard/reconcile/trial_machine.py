@@ -233,6 +233,18 @@ def waiting_for_task(status: TrialStatus, message: str, deadline: datetime,
     return status, Outcome(events=[] if noted else [("Normal", "WaitingForTask", text)])
 
 
+def waiting_for_image(status: TrialStatus, message: str,
+                      now: datetime) -> tuple[TrialStatus, Outcome]:
+    """Pending while the Task's images are being built (one build for all its trials)."""
+    status = status.model_copy(deep=True)
+    noted = any(c.type == "Running" and c.reason == "WaitingForImage" and c.message == message
+                for c in status.conditions)
+    if noted:
+        return status, Outcome()
+    _set_condition(status, "Running", "False", "WaitingForImage", message, now)
+    return status, Outcome(events=[("Normal", "WaitingForImage", message)])
+
+
 def stoppable_phase(status: TrialStatus) -> str | None:
     """The phase to stop in its pod when the trial is cancelled: the launched, running one."""
     rec = current_record(status)

@@ -1,0 +1,292 @@
+"""kopf handlers for task images: a Task's ImageBuilds (created or adopted), each build's
+registry probe and Job, and the owner Tasks' `status.images` / ImagesReady as builds finish.
+
+Decisions are in `plan.images` and `reconcile.image_build`; this module reads and applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from shipyard.api.models import (
+    GROUP,
+    IMAGES_READY,
+    VERSION,
+    Condition,
+    ImageBuildSpec,
+    ImageBuildStatus,
+    TaskStatus,
+)
+from shipyard.kube import image_builds as kube_builds
+from shipyard.kube import objects
+from shipyard.kube.registry import RegistryUnavailable, manifest_digest
+from shipyard.plan.images import (
+    ImageNeed,
+    ImageSettingError,
+    ImageSettings,
+    ImagesFailed,
+    ImagesReady,
+    ImagesUnavailable,
+    ImagesWait,
+    image_needs,
+    images_status,
+    trial_images,
+    unavailable_condition,
+)
+from shipyard.reconcile import image_build as machine
+from shipyard.render.build_job import (
+    LABEL_IMAGE_BUILD,
+    build_context_configmap,
+    build_image_build,
+    build_job,
+)
+from shipyard.taskformat import LoadedTask
+
+PLURAL = "imagebuilds"
+REFRESH_SEC = 10.0
+_waiting: dict[tuple[str, str], set[str]] = {}  # (namespace, task) → trials waiting for images
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def image_settings() -> ImageSettings:
+    return ImageSettings.from_env(os.environ)
+
+
+# ---------------------------------------------------------------- trials waiting
+
+
+def wait_for(namespace: str, task: str, trial: str) -> None:
+    _waiting.setdefault((namespace, task), set()).add(trial)
+
+
+def stop_waiting(namespace: str, task: str, trial: str) -> None:
+    _waiting.get((namespace, task), set()).discard(trial)
+
+
+def _wake_trials(namespace: str, task: str) -> None:
+    from shipyard.handlers.pod_watch import wake
+
+    for trial in list(_waiting.get((namespace, task), ())):
+        wake(namespace, trial)
+
+
+# ---------------------------------------------------------------- the Task side
+
+
+async def ensure_task_images(body: dict[str, Any], task: LoadedTask,
+                             status: TaskStatus) -> TaskStatus:
+    """After validation: the Task's images (prebuilt, or an ImageBuild created or adopted per
+    context) and its ImagesReady condition."""
+    generation = body["metadata"].get("generation")
+    force = bool((body.get("spec") or {}).get("forceBuild"))
+    try:
+        needs = image_needs(task, image_settings(), force)
+    except (ImagesUnavailable, ImageSettingError) as e:
+        error = e if isinstance(e, ImagesUnavailable) else ImagesUnavailable(
+            "NoImageBuilder", f"operator settings: {e}")
+        cond = unavailable_condition(error, now_iso(), generation)
+        return status.model_copy(update={"images": {}, "conditions": [*status.conditions,
+                                                                      cond]})
+    builds: dict[str, ImageBuildStatus | None] = {}
+    refs: dict[str, str] = {}
+    for need in needs:
+        if not need.build or need.build_name in builds:
+            continue
+        manifest = build_image_build(dict(body), need, force)
+        existing = await asyncio.to_thread(kube_builds.create_or_adopt, manifest)
+        files = task.tree(need.context_dir)
+        await asyncio.to_thread(kube_builds.ensure_context,
+                                build_context_configmap(existing, files))
+        builds[need.build_name] = _build_status(existing)
+        refs[need.build_name] = existing["spec"]["ref"]
+    images, cond = images_status(needs, builds, refs, now_iso(), generation)
+    return status.model_copy(update={"images": images,
+                                     "conditions": [*status.conditions, cond]})
+
+
+def trial_decision(namespace: str, task_name: str, task: LoadedTask,
+                   environment_override: bool) -> ImagesReady | ImagesWait | ImagesFailed:
+    """A trial's view of its Task's images, read from the ImageBuilds."""
+    body = objects.get_custom("tasks", namespace, task_name) or {}
+    force = bool((body.get("spec") or {}).get("forceBuild"))
+    try:
+        needs = image_needs(task, image_settings(), force)
+    except ImagesUnavailable as e:
+        return ImagesFailed("TaskInvalid", e.message)
+    except ImageSettingError as e:
+        return ImagesFailed("TrialInvalid", f"operator settings: {e}")
+    builds: dict[str, ImageBuildStatus | None] = {}
+    refs: dict[str, str] = {}
+    for need in needs:
+        if need.build and need.build_name not in builds:
+            obj = objects.get_custom(PLURAL, namespace, need.build_name)
+            builds[need.build_name] = None if obj is None else _build_status(obj)
+            if obj is not None:
+                refs[need.build_name] = obj["spec"]["ref"]
+    return trial_images(needs, builds, refs, environment_override)
+
+
+def _build_status(build: dict[str, Any]) -> ImageBuildStatus:
+    raw = build.get("status") or {}
+    fields = {info.alias or name for name, info in ImageBuildStatus.model_fields.items()}
+    return ImageBuildStatus.model_validate({k: v for k, v in raw.items() if k in fields})
+
+
+def refresh_task_images(namespace: str, name: str) -> None:
+    """Recompute a Task's status.images and ImagesReady from its ImageBuilds' statuses."""
+    task = objects.get_custom("tasks", namespace, name)
+    if task is None:
+        return
+    raw = task.get("status") or {}
+    images = raw.get("images") or {}
+    if not any(i.get("build") for i in images.values()):
+        return
+    needs, builds, refs = [], {}, {}
+    for role, image in images.items():
+        build = image.get("build")
+        needs.append(ImageNeed(role, "", image["ref"], image.get("contextHash"), bool(build)))
+        if build and build not in builds:
+            obj = objects.get_custom(PLURAL, namespace, build)
+            builds[build] = None if obj is None else _build_status(obj)
+            if obj is not None:
+                refs[build] = obj["spec"]["ref"]
+    conditions = [Condition.model_validate(c) for c in raw.get("conditions") or []]
+    before = next((c for c in conditions if c.type == IMAGES_READY), None)
+    new_images, cond = images_status(needs, builds, refs, now_iso(),
+                                     task["metadata"].get("generation"))
+    if before is not None and (before.status, before.reason, before.message) == (
+            cond.status, cond.reason, cond.message):
+        cond.last_transition_time = before.last_transition_time
+    conditions = [c for c in conditions if c.type != IMAGES_READY] + [cond]
+    patch = {
+        "images": {k: v.model_dump(by_alias=True, mode="json", exclude_none=True)
+                   for k, v in new_images.items()},
+        "conditions": [c.model_dump(by_alias=True, mode="json") for c in conditions],
+    }
+    if patch["images"] == images and before == cond:
+        return
+    objects.patch_status("tasks", namespace, name, patch)
+    if before is None or (before.status, before.reason) != (cond.status, cond.reason):
+        kind = "Warning" if cond.status == "False" and cond.reason not in (
+            "Building", "Pending") else "Normal"
+        kopf.event(task, type=kind, reason=f"Images{cond.reason}", message=cond.message)
+
+
+def _owner_tasks(build: dict[str, Any]) -> list[str]:
+    return [o["name"] for o in build["metadata"].get("ownerReferences") or []
+            if o.get("kind") == "Task"]
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def build_status_changed(event: dict[str, Any], body: kopf.Body, namespace: str,
+                               **_: Any) -> None:
+    """Every change of an ImageBuild (kopf keeps no diff of status) updates its owner Tasks."""
+    if event.get("type") == "DELETED" or not body.get("status"):
+        return
+    for task in _owner_tasks(dict(body)):
+        await asyncio.to_thread(refresh_task_images, namespace, task)
+        _wake_trials(namespace, task)
+
+
+def _building(status: dict[str, Any], **_: Any) -> bool:
+    return any(c.get("type") == IMAGES_READY and c.get("status") == "False"
+               and c.get("reason") in ("Building", "RegistryUnavailable")
+               for c in (status or {}).get("conditions") or [])
+
+
+@kopf.timer(GROUP, VERSION, "tasks", interval=REFRESH_SEC, when=_building)
+async def refresh_building_task(namespace: str, name: str, **_: Any) -> None:
+    """A safety net: a build's status change missed while the operator was down."""
+    await asyncio.to_thread(refresh_task_images, namespace, name)
+    _wake_trials(namespace, name)
+
+
+# ---------------------------------------------------------------- the ImageBuild side
+
+
+def reconcile_build(build: dict[str, Any]) -> tuple[ImageBuildStatus, float | None]:
+    """Probe, build or observe; the new status and, when the registry did not answer, the
+    delay before the next try."""
+    name = build["metadata"]["name"]
+    spec = ImageBuildSpec.model_validate(build["spec"])
+    status = _build_status(build)
+    if machine.is_terminal(status):
+        return status, None
+    settings = image_settings()
+    if status.job_name is None:
+        try:
+            digest = None if spec.force else manifest_digest(spec.ref,
+                                                             settings.insecure_registry)
+        except RegistryUnavailable as e:
+            return machine.registry_unavailable(status, str(e)), 5.0
+        status = machine.on_probe(status, digest, now_iso())
+        if machine.is_terminal(status):
+            return status, None
+        kube_builds.create_job(build_job(build, settings))
+        return machine.on_job_created(status, name, now_iso()), None
+    return observe_build(build, status, spec, settings), None
+
+
+def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBuildSpec,
+                  settings: ImageSettings) -> ImageBuildStatus:
+    ns = build["metadata"]["namespace"]
+    assert status.job_name is not None
+    job = kube_builds.get_job(ns, status.job_name)
+    pods = kube_builds.job_pods(ns, status.job_name) if job is not None else []
+    seen = machine.observe_job(job, pods)
+    if seen.state == "missing":  # deleted by hand: build again
+        kube_builds.create_job(build_job(build, settings))
+        return status
+    digest = None
+    if seen.state == "succeeded":
+        try:
+            digest = manifest_digest(spec.ref, settings.insecure_registry)
+        except RegistryUnavailable:
+            digest = None
+    return machine.on_job(status, spec, seen, digest, now_iso())
+
+
+async def _apply(build: dict[str, Any]) -> None:
+    before = _build_status(build)
+    status, retry = await asyncio.to_thread(reconcile_build, build)
+    if status != before:
+        await asyncio.to_thread(objects.patch_status, PLURAL, build["metadata"]["namespace"],
+                                build["metadata"]["name"],
+                                status.model_dump(by_alias=True, mode="json"))
+        if status.phase == "Failed":
+            kopf.event(build, type="Warning", reason=status.reason or "Failed",
+                       message=status.message or "")
+        elif status.phase == "Succeeded":
+            kopf.event(build, type="Normal", reason=status.reason or "Succeeded",
+                       message=status.message or "")
+    if retry is not None:
+        raise kopf.TemporaryError(status.message or "registry unavailable", delay=retry)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+async def start_build(body: kopf.Body, **_: Any) -> None:
+    await _apply(dict(body))
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
+async def build_job_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    """The build Job finished (or changed): decide the ImageBuild's outcome at once."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    if not any(c.get("status") == "True" for c in conditions):
+        return
+    name = (body.get("metadata") or {}).get("labels", {}).get(LABEL_IMAGE_BUILD)
+    build = await asyncio.to_thread(objects.get_custom, PLURAL, namespace, name)
+    if build is None or machine.is_terminal(_build_status(build)):
+        return
+    if _build_status(build).job_name is None:
+        return
+    await _apply(build)
