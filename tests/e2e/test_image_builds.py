@@ -8,9 +8,11 @@ images are new to the registry (a real build, not a cache hit) unless it says ot
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,12 +103,16 @@ def test_dockerfile_only_task_builds_once_and_scores(shipyard, batch_v1, namespa
     assert oracle["status"]["reward"] == 1.0, oracle["status"]
     assert nop["status"]["reward"] == 0.0, nop["status"]
     task = shipyard.get("tasks", "built")
-    image = task["status"]["images"]["environment"]
+    assert condition(task, "ImagesReady")["status"] == "True"
+    (build,) = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    image = {"ref": build["spec"]["ref"], "contextHash": build["spec"]["contextHash"],
+             **build["status"]}
     assert image["source"] == "built"
     assert image["ref"].startswith(f"{LOCAL_REGISTRY}/shipyard-tests/built:")
     assert image["ref"].endswith(":" + image["contextHash"])
     assert image["digest"].startswith("sha256:")
-    assert condition(task, "ImagesReady")["status"] == "True"
+    assert image["ref"] in condition(task, "ImagesReady")["message"]
     assert len(build_jobs(batch_v1, namespace)) == 1
     events = [e.reason for e in shipyard.events("built-oracle")]
     assert "WaitingForImage" in events, events
@@ -130,4 +136,191 @@ def manifest_status(ref: str) -> int:
         return e.code
 
 
-_ = (GROUP, VERSION)
+
+def simple_task(nonce: str, run: str = "true", toml_extra: str = "",
+                dockerfile: str | None = None) -> dict[str, str]:
+    """A small Dockerfile-only task: oracle writes 42, the verifier checks it."""
+    return {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                     f'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n{toml_extra}',
+        "instruction.md": "Write 42 to /tmp/answer.txt.\n",
+        "environment/Dockerfile": dockerfile or f"FROM debian:bookworm\nRUN {run} && echo "
+                                                f"{nonce} > /nonce\n",
+        "solution/solve.sh": "#!/bin/bash\necho 42 > /tmp/answer.txt\n",
+        "tests/test.sh": "#!/bin/bash\nif grep -q 42 /tmp/answer.txt; then echo 1; else echo 0; "
+                         "fi > /logs/verifier/reward.txt\n",
+    }
+
+
+def test_separate_verifier_image_is_built_from_tests_dockerfile(shipyard, namespace):
+    nonce = uuid.uuid4().hex
+    files = {
+        "task.toml": 'schema_version = "1.4"\nartifacts = ["/app/answer.txt"]\n[agent]\n'
+                     'timeout_sec = 60\n[verifier]\nenvironment_mode = "separate"\n'
+                     'timeout_sec = 60\n[environment]\ndocker_image = '
+                     '"localhost/shipyard/debian:bookworm"\nworkdir = "/app"\n',
+        "instruction.md": "Write 42 to /app/answer.txt.\n",
+        "solution/solve.sh": "#!/bin/bash\nmkdir -p /app && echo 42 > /app/answer.txt\n",
+        "tests/Dockerfile": "FROM python:3.12-slim\nCOPY test.sh /tests/test.sh\n"
+                            "RUN chmod +x /tests/test.sh && python -c 'print(1)' "
+                            f"&& echo {nonce} > /verifier-nonce\n",
+        "tests/test.sh": "#!/bin/bash\nif grep -q 42 /app/answer.txt && [ -e /verifier-nonce ] "
+                         "&& python --version; then echo 1; else echo 0; fi "
+                         "> /logs/verifier/reward.txt\n",
+    }
+    shipyard.task("sepbuilt", files)
+    shipyard.trial("sepbuilt-oracle", "sepbuilt")
+    shipyard.trial("sepbuilt-nop", "sepbuilt", {"name": "nop"})
+    assert shipyard.wait("sepbuilt-oracle", timeout=300)["status"]["reward"] == 1.0
+    assert shipyard.wait("sepbuilt-nop", timeout=120)["status"]["reward"] == 0.0
+    (build,) = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    assert build["status"]["source"] == "built"
+    verifier_images = [e.message for e in shipyard.events("sepbuilt-oracle")
+                       if e.reason == "PodCreated" and "verifier pod" in e.message]
+    assert verifier_images and build["spec"]["ref"] in verifier_images[0]
+
+
+def test_twenty_trials_of_an_unbuilt_task_share_one_build(shipyard, batch_v1, namespace):
+    nonce = uuid.uuid4().hex
+    shipyard.task("many", simple_task(nonce, run="sleep 3"))
+    names = [f"many-{i}" for i in range(20)]
+    for name in names:
+        shipyard.trial(name, "many")
+    rewards = [shipyard.wait(n, timeout=420)["status"].get("reward") for n in names]
+    assert rewards == [1.0] * 20
+    assert len(build_jobs(batch_v1, namespace)) == 1
+    builds = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    assert [b["status"]["source"] for b in builds] == ["built"]
+
+
+def test_operator_killed_mid_build_does_not_build_twice(shipyard, operator, batch_v1,
+                                                        namespace):
+    nonce = uuid.uuid4().hex
+    shipyard.task("killed", simple_task(nonce, run="sleep 10"))
+    shipyard.trial("killed-oracle", "killed")
+    deadline = time.monotonic() + 60
+    while not build_jobs(batch_v1, namespace):
+        assert time.monotonic() < deadline, "no build Job was created"
+        time.sleep(0.3)
+    operator.kill()
+    try:
+        time.sleep(12)  # the build finishes while no operator runs
+    finally:
+        operator.start()
+    status = shipyard.wait("killed-oracle", timeout=180)["status"]
+    assert status["reward"] == 1.0, status
+    assert len(build_jobs(batch_v1, namespace)) == 1
+    (build,) = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    assert build["status"]["source"] == "built"
+    assert condition(shipyard.get("tasks", "killed"), "ImagesReady")["status"] == "True"
+
+
+def _parse_time(value: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def test_bad_dockerfiles_fail_the_task_and_its_trials_with_the_builders_words(
+        shipyard, batch_v1, namespace):
+    nonce = uuid.uuid4().hex
+    cases = {
+        "parse": ("FROMM debian:bookworm\n", 300, "ImageBuildFailed", "unknown instruction"),
+        "nofrom": (f"FROM shipyard-no-such-base:{nonce[:8]}\n", 300, "ImageBuildFailed",
+                   "not found"),
+        "runfail": (f"FROM debian:bookworm\nRUN echo {nonce} && echo boom-from-run >&2 "
+                    "&& exit 3\n", 300, "ImageBuildFailed", "exit code: 3"),
+        "slow": (f"FROM debian:bookworm\nRUN echo {nonce} && sleep 300\n", 6, "BuildTimeout",
+                 "build_timeout_sec (6s)"),
+    }
+    for name, (dockerfile, timeout, _, _) in cases.items():
+        files = simple_task(nonce, dockerfile=dockerfile)
+        files["task.toml"] = files["task.toml"].replace("build_timeout_sec = 300",
+                                                        f"build_timeout_sec = {timeout}")
+        shipyard.task(name, files)
+    shipyard.trial("runfail-oracle", "runfail", retries=2)
+    for name, (_, _, reason, text) in cases.items():
+        task = wait_images(shipyard, name, timeout=120)
+        cond = condition_any(task, "ImagesReady")
+        assert cond["status"] == "False" and cond["reason"] == reason, (name, cond)
+        assert text in cond["message"], (name, cond["message"])
+        events = [e for e in shipyard.events(name) if e.reason == reason]
+        assert events and text in events[0].message, (name, [e.reason for e in
+                                                             shipyard.events(name)])
+    # Within seconds of the builder's verdict: the Job's Failed condition → the Task's.
+    for job in build_jobs(batch_v1, namespace):
+        failed = next(c for c in job.status.conditions if c.type == "Failed")
+        build = shipyard.get("imagebuilds", job.metadata.name)
+        assert _parse_time(build["status"]["finishedAt"]) - failed.last_transition_time \
+            .timestamp() <= 5, (job.metadata.name, build["status"])
+    trial = shipyard.wait("runfail-oracle", timeout=60)
+    assert trial["status"]["phase"] == "Failed"
+    failed = condition(trial, "Failed")
+    assert failed["reason"] == "ImageBuildFailed" and "exit code: 3" in failed["message"]
+    assert "boom-from-run" in failed["message"]
+    assert trial["status"]["attempts"] == []  # never retried as infrastructure
+
+
+def registry_delete(ref: str) -> None:
+    host, _, rest = ref.partition("/")
+    repo, _, tag = rest.rpartition(":")
+    head = urllib.request.Request(
+        f"http://{host}/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                           "application/vnd.oci.image.index.v1+json"})
+    with urllib.request.urlopen(head, timeout=5) as resp:
+        digest = resp.headers["Docker-Content-Digest"]
+    delete = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{digest}",
+                                    method="DELETE")
+    with urllib.request.urlopen(delete, timeout=5) as resp:
+        assert resp.status == 202
+
+
+def test_rebuild_after_the_image_and_buildkits_cache_are_gone_hits_the_registry_cache(
+        shipyard, cluster, batch_v1, core_v1, namespace):
+    """The image deleted from the registry and buildkitd's local cache pruned (the same as a
+    new buildkitd pod, without restarting the shared cluster's daemon): the rebuild imports
+    the registry cache and runs no step again."""
+    import subprocess
+
+    nonce = uuid.uuid4().hex
+    files = simple_task(nonce, run="sleep 4")
+    shipyard.task("cachehit", files)
+    first = wait_images(shipyard, "cachehit")
+    assert condition(first, "ImagesReady")["status"] == "True"
+    (build,) = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    ref = build["spec"]["ref"]
+    assert manifest_status(ref) == 200
+    registry_delete(ref)
+    assert manifest_status(ref) == 404
+    cache = Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache" / "shipyard"))
+    buildctl = str(cache / "buildkit-v0.34.2" / "buildctl")
+    subprocess.run([buildctl, "--addr", "tcp://127.0.0.1:1234", "prune", "--all"],
+                   check=True, capture_output=True, timeout=120)
+    shipyard.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", "cachehit")
+    deadline = time.monotonic() + 60
+    while shipyard.api.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                     "imagebuilds")["items"]:
+        assert time.monotonic() < deadline, "the ImageBuild was not collected with its Task"
+        time.sleep(0.5)
+    while build_jobs(batch_v1, namespace):
+        assert time.monotonic() < deadline, "the build Job was not collected"
+        time.sleep(0.5)
+    shipyard.task("cachehit", files)
+    second = wait_images(shipyard, "cachehit")
+    assert condition(second, "ImagesReady")["status"] == "True"
+    assert manifest_status(ref) == 200
+    (job,) = build_jobs(batch_v1, namespace)
+    pod = core_v1.list_namespaced_pod(namespace,
+                                      label_selector=f"job-name={job.metadata.name}").items[0]
+    log = core_v1.read_namespaced_pod_log(pod.metadata.name, namespace, container="buildctl")
+    assert "importing cache manifest from" in log
+    run_step = [line for line in log.splitlines() if "RUN sleep 4" in line]
+    assert any("CACHED" in line for line in log.splitlines() if line.startswith("#")), log
+    assert run_step and not any(" 4.0" in line for line in log.splitlines()), log
+    shipyard.trial("cachehit-oracle", "cachehit")
+    assert shipyard.wait("cachehit-oracle", timeout=120)["status"]["reward"] == 1.0

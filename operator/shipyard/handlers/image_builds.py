@@ -22,6 +22,7 @@ from shipyard.api.models import (
     ImageBuildStatus,
     TaskStatus,
 )
+from shipyard.handlers.task_files import TaskUnavailable, load_task
 from shipyard.kube import image_builds as kube_builds
 from shipyard.kube import objects
 from shipyard.kube.registry import RegistryUnavailable, manifest_digest
@@ -40,6 +41,7 @@ from shipyard.plan.images import (
 )
 from shipyard.reconcile import image_build as machine
 from shipyard.render.build_job import (
+    BUILD_CONTAINER,
     LABEL_IMAGE_BUILD,
     build_context_configmap,
     build_image_build,
@@ -123,14 +125,7 @@ def trial_decision(namespace: str, task_name: str, task: LoadedTask,
         return ImagesFailed("TaskInvalid", e.message)
     except ImageSettingError as e:
         return ImagesFailed("TrialInvalid", f"operator settings: {e}")
-    builds: dict[str, ImageBuildStatus | None] = {}
-    refs: dict[str, str] = {}
-    for need in needs:
-        if need.build and need.build_name not in builds:
-            obj = objects.get_custom(PLURAL, namespace, need.build_name)
-            builds[need.build_name] = None if obj is None else _build_status(obj)
-            if obj is not None:
-                refs[need.build_name] = obj["spec"]["ref"]
+    builds, refs = _builds_for(namespace, needs)
     return trial_images(needs, builds, refs, environment_override)
 
 
@@ -140,24 +135,35 @@ def _build_status(build: dict[str, Any]) -> ImageBuildStatus:
     return ImageBuildStatus.model_validate({k: v for k, v in raw.items() if k in fields})
 
 
+def _builds_for(namespace: str, needs: list[ImageNeed]
+                ) -> tuple[dict[str, ImageBuildStatus | None], dict[str, str]]:
+    builds: dict[str, ImageBuildStatus | None] = {}
+    refs: dict[str, str] = {}
+    for need in needs:
+        if need.build and need.build_name not in builds:
+            obj = objects.get_custom(PLURAL, namespace, need.build_name)
+            builds[need.build_name] = None if obj is None else _build_status(obj)
+            if obj is not None:
+                refs[need.build_name] = obj["spec"]["ref"]
+    return builds, refs
+
+
 def refresh_task_images(namespace: str, name: str) -> None:
-    """Recompute a Task's status.images and ImagesReady from its ImageBuilds' statuses."""
+    """Recompute a Task's status.images and ImagesReady from its ImageBuilds' statuses (the
+    needs are derived from the task again: the status is a summary, never an input)."""
     task = objects.get_custom("tasks", namespace, name)
     if task is None:
         return
-    raw = task.get("status") or {}
-    images = raw.get("images") or {}
-    if not any(i.get("build") for i in images.values()):
+    try:
+        loaded = load_task(task)
+        needs = image_needs(loaded, image_settings(),
+                            bool((task.get("spec") or {}).get("forceBuild")))
+    except (TaskUnavailable, ImagesUnavailable, ImageSettingError):
+        return  # the validation handler reports these
+    if not any(n.build for n in needs):
         return
-    needs, builds, refs = [], {}, {}
-    for role, image in images.items():
-        build = image.get("build")
-        needs.append(ImageNeed(role, "", image["ref"], image.get("contextHash"), bool(build)))
-        if build and build not in builds:
-            obj = objects.get_custom(PLURAL, namespace, build)
-            builds[build] = None if obj is None else _build_status(obj)
-            if obj is not None:
-                refs[build] = obj["spec"]["ref"]
+    raw = task.get("status") or {}
+    builds, refs = _builds_for(namespace, needs)
     conditions = [Condition.model_validate(c) for c in raw.get("conditions") or []]
     before = next((c for c in conditions if c.type == IMAGES_READY), None)
     new_images, cond = images_status(needs, builds, refs, now_iso(),
@@ -171,13 +177,14 @@ def refresh_task_images(namespace: str, name: str) -> None:
                    for k, v in new_images.items()},
         "conditions": [c.model_dump(by_alias=True, mode="json") for c in conditions],
     }
-    if patch["images"] == images and before == cond:
+    if patch["images"] == (raw.get("images") or {}) and before == cond:
         return
     objects.patch_status("tasks", namespace, name, patch)
     if before is None or (before.status, before.reason) != (cond.status, cond.reason):
-        kind = "Warning" if cond.status == "False" and cond.reason not in (
-            "Building", "Pending") else "Normal"
-        kopf.event(task, type=kind, reason=f"Images{cond.reason}", message=cond.message)
+        failed = cond.status == "False" and cond.reason not in ("Building", "Pending")
+        kopf.event(task, type="Warning" if failed else "Normal",
+                   reason=cond.reason if cond.status == "False" else IMAGES_READY,
+                   message=cond.message)
 
 
 def _owner_tasks(build: dict[str, Any]) -> list[str]:
@@ -242,6 +249,10 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
     job = kube_builds.get_job(ns, status.job_name)
     pods = kube_builds.job_pods(ns, status.job_name) if job is not None else []
     seen = machine.observe_job(job, pods)
+    if seen.state == "failed" and not seen.log_tail and pods:
+        # The pod's status may not carry its termination message yet: read the log itself.
+        tail = kube_builds.pod_log_tail(ns, pods[0]["metadata"]["name"], BUILD_CONTAINER)
+        seen = machine.JobObservation(seen.state, seen.reason, tail)
     if seen.state == "missing":  # deleted by hand: build again
         kube_builds.create_job(build_job(build, settings))
         return status

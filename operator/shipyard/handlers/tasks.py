@@ -38,7 +38,7 @@ async def write_status(body: kopf.Body, status: TaskStatus) -> None:
     meta = body["metadata"]
     await asyncio.to_thread(objects.patch_status, "tasks", meta["namespace"], meta["name"],
                             status.model_dump(by_alias=True, mode="json"))
-    if status.images:
+    if any(c.type == "ImagesReady" for c in status.conditions):
         await asyncio.to_thread(refresh_task_images, meta["namespace"], meta["name"])
 
 

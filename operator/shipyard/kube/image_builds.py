@@ -72,3 +72,11 @@ def create_job(job: dict[str, Any]) -> None:
 def job_pods(namespace: str, job: str) -> list[dict[str, Any]]:
     pods = core().list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
     return [api_client().sanitize_for_serialization(p) for p in pods]
+
+
+def pod_log_tail(namespace: str, pod: str, container: str, lines: int = 40) -> str:
+    try:
+        return core().read_namespaced_pod_log(pod, namespace, container=container,
+                                              tail_lines=lines)
+    except ApiException:
+        return ""
