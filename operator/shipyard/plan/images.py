@@ -132,8 +132,10 @@ def image_needs(task: LoadedTask, settings: ImageSettings,
     """The task's images by role. ImagesUnavailable when a Dockerfile must be built and no
     builder is configured, or a context cannot be built (docker-compose)."""
     config = task.config
-    needs = [_need(task, ROLE_ENVIRONMENT, "environment/", config.environment.docker_image,
-                   config.environment.build_timeout_sec, settings, force_build)]
+    environment = _need(task, ROLE_ENVIRONMENT, "environment/",
+                        config.environment.docker_image, config.environment.build_timeout_sec,
+                        settings, force_build)
+    needs = [environment] if environment is not None else []
     steps: list[str | None] = list(task.step_names()) if task.is_multi_step else [None]
     roles = {n.role for n in needs}
     for step in steps:
@@ -144,9 +146,11 @@ def image_needs(task: LoadedTask, settings: ImageSettings,
         if role in roles:
             continue
         roles.add(role)
-        needs.append(_need(task, role, verifier.context_dir, verifier.config.docker_image,
-                           verifier.config.build_timeout_sec, settings, force_build))
-    return [n for n in needs if n is not None]
+        need = _need(task, role, verifier.context_dir, verifier.config.docker_image,
+                     verifier.config.build_timeout_sec, settings, force_build)
+        if need is not None:
+            needs.append(need)
+    return needs
 
 
 def _need(task: LoadedTask, role: str, context_dir: str, docker_image: str | None,
