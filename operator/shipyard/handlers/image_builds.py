@@ -265,9 +265,9 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
     return machine.on_job(status, spec, seen, digest, now_iso())
 
 
-async def _apply(build: dict[str, Any]) -> None:
+async def _apply(build: dict[str, Any], retry: int = 0) -> None:
     before = _build_status(build)
-    status, retry = await asyncio.to_thread(reconcile_build, build)
+    status, delay = await asyncio.to_thread(reconcile_build, build)
     if status != before:
         await asyncio.to_thread(objects.patch_status, PLURAL, build["metadata"]["namespace"],
                                 build["metadata"]["name"],
@@ -278,14 +278,15 @@ async def _apply(build: dict[str, Any]) -> None:
         elif status.phase == "Succeeded":
             kopf.event(build, type="Normal", reason=status.reason or "Succeeded",
                        message=status.message or "")
-    if retry is not None:
-        raise kopf.TemporaryError(status.message or "registry unavailable", delay=retry)
+    if delay is not None:  # exponential backoff: 5 s, 10 s, 20 s ... at most 2 min
+        raise kopf.TemporaryError(status.message or "registry unavailable",
+                                  delay=min(120.0, delay * 2 ** min(retry, 5)))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
-async def start_build(body: kopf.Body, **_: Any) -> None:
-    await _apply(dict(body))
+async def start_build(body: kopf.Body, retry: int, **_: Any) -> None:
+    await _apply(dict(body), retry)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
