@@ -101,8 +101,8 @@ def test_dockerfile_only_task_builds_once_and_scores(shipyard, batch_v1, namespa
     shipyard.trial("built-nop", "built", {"name": "nop"})
     oracle = shipyard.wait("built-oracle", timeout=300)
     nop = shipyard.wait("built-nop", timeout=120)
-    assert oracle["status"]["reward"] == 1.0, oracle["status"]
-    assert nop["status"]["reward"] == 0.0, nop["status"]
+    assert oracle["status"].get("reward") == 1.0, oracle["status"]
+    assert nop["status"].get("reward") == 0.0, nop["status"]
     task = shipyard.get("tasks", "built")
     assert condition(task, "ImagesReady")["status"] == "True"
     (build,) = shipyard.api.list_namespaced_custom_object(
@@ -166,14 +166,16 @@ def test_separate_verifier_image_is_built_from_tests_dockerfile(shipyard, namesp
                             "RUN chmod +x /tests/test.sh && python -c 'print(1)' "
                             f"&& echo {nonce} > /verifier-nonce\n",
         "tests/test.sh": "#!/bin/bash\nif grep -q 42 /app/answer.txt && [ -e /verifier-nonce ] "
-                         "&& python --version; then echo 1; else echo 0; fi "
+                         "&& python --version >&2; then echo 1; else echo 0; fi "
                          "> /logs/verifier/reward.txt\n",
     }
     shipyard.task("sepbuilt", files)
     shipyard.trial("sepbuilt-oracle", "sepbuilt")
     shipyard.trial("sepbuilt-nop", "sepbuilt", {"name": "nop"})
-    assert shipyard.wait("sepbuilt-oracle", timeout=300)["status"]["reward"] == 1.0
-    assert shipyard.wait("sepbuilt-nop", timeout=120)["status"]["reward"] == 0.0
+    oracle = shipyard.wait("sepbuilt-oracle", timeout=300)["status"]
+    nop = shipyard.wait("sepbuilt-nop", timeout=120)["status"]
+    assert oracle.get("reward") == 1.0, oracle
+    assert nop.get("reward") == 0.0, nop
     (build,) = shipyard.api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "imagebuilds")["items"]
     assert build["status"]["source"] == "built"
@@ -188,8 +190,8 @@ def test_twenty_trials_of_an_unbuilt_task_share_one_build(shipyard, batch_v1, na
     names = [f"many-{i}" for i in range(20)]
     for name in names:
         shipyard.trial(name, "many")
-    rewards = [shipyard.wait(n, timeout=420)["status"].get("reward") for n in names]
-    assert rewards == [1.0] * 20
+    statuses = [shipyard.wait(n, timeout=420)["status"] for n in names]
+    assert [s.get("reward") for s in statuses] == [1.0] * 20, statuses
     assert len(build_jobs(batch_v1, namespace)) == 1
     builds = shipyard.api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "imagebuilds")["items"]
@@ -211,7 +213,7 @@ def test_operator_killed_mid_build_does_not_build_twice(shipyard, operator, batc
     finally:
         operator.start()
     status = shipyard.wait("killed-oracle", timeout=180)["status"]
-    assert status["reward"] == 1.0, status
+    assert status.get("reward") == 1.0, status
     assert len(build_jobs(batch_v1, namespace)) == 1
     (build,) = shipyard.api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "imagebuilds")["items"]
