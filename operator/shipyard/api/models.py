@@ -213,6 +213,9 @@ class PodSettings(Model):
     priority_class_name: str | None = None
     runtime_class_name: str | None = Field(
         default=None, description="For example gvisor, to sandbox untrusted agents.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default=[], description="Secrets for pulling the trial's images from a private "
+        "registry, added to the operator's (chart value builds.imagePullSecrets).")
 
 
 class ArtifactSpec(Model):

@@ -52,7 +52,6 @@ class ImageSettings:
     host_network: bool = False  # build Jobs on the host network (the local cluster)
     push_secret: str | None = None  # a dockerconfigjson Secret in the Task's namespace
     service_account: str | None = None  # the build Jobs' (e.g. Workload Identity) account
-    pull_secrets: tuple[str, ...] = ()  # imagePullSecrets for trial pods
     node_selector: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -80,9 +79,6 @@ class ImageSettings:
             host_network=_flag(environ.get("SHIPYARD_BUILD_HOST_NETWORK")),
             push_secret=environ.get("SHIPYARD_BUILD_PUSH_SECRET") or None,
             service_account=environ.get("SHIPYARD_BUILD_SERVICE_ACCOUNT") or None,
-            pull_secrets=tuple(s.strip() for s in
-                               environ.get("SHIPYARD_IMAGE_PULL_SECRETS", "").split(",")
-                               if s.strip()),
             node_selector=selector,
         )
 

@@ -253,6 +253,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                               for t in spec.pod.tolerations),
             priority_class_name=spec.pod.priority_class_name,
             runtime_class_name=spec.pod.runtime_class_name,
+            image_pull_secrets=tuple(s.name for s in spec.pod.image_pull_secrets),
         )),
         unschedulable_grace_sec=_unschedulable_grace(
             spec, scheduling or SchedulingSettings(),

@@ -80,9 +80,8 @@ def test_settings_from_env():
     s = ImageSettings.from_env({"SHIPYARD_BUILD_BACKEND": "buildkit",
                                 "SHIPYARD_BUILD_REGISTRY": "r:5000/p/",
                                 "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
-                                "SHIPYARD_BUILD_NODE_SELECTOR": "pool=builds,zone=a",
-                                "SHIPYARD_IMAGE_PULL_SECRETS": "a, b"})
-    assert (s.registry, s.insecure_registry, s.pull_secrets) == ("r:5000/p", True, ("a", "b"))
+                                "SHIPYARD_BUILD_NODE_SELECTOR": "pool=builds,zone=a"})
+    assert (s.registry, s.insecure_registry) == ("r:5000/p", True)
     assert dict(s.node_selector) == {"pool": "builds", "zone": "a"}
     assert ImageSettings.from_env({}).backend == "none"
     with pytest.raises(ImageSettingError, match="registry"):
