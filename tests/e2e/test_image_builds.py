@@ -326,3 +326,27 @@ def test_rebuild_after_the_image_and_buildkits_cache_are_gone_hits_the_registry_
     assert re.search(r"#(\d+) \[2/2\] RUN sleep 4[^\n]*\n#\1 CACHED", log), log
     shipyard.trial("cachehit-oracle", "cachehit")
     assert shipyard.wait("cachehit-oracle", timeout=120)["status"]["reward"] == 1.0
+
+
+def test_docker_image_is_used_prebuilt_and_the_trials_image_wins(shipyard, batch_v1,
+                                                                 namespace):
+    """A task with both a Dockerfile and a docker_image runs the prebuilt image (no build);
+    a Trial's spec.environment.image wins over a Dockerfile-only task's build."""
+    nonce = uuid.uuid4().hex
+    files = simple_task(nonce, toml_extra='docker_image = "localhost/shipyard/debian:bookworm"\n')
+    shipyard.task("prebuilt", files)
+    shipyard.trial("prebuilt-oracle", "prebuilt")
+    shipyard.task("overridden", simple_task(nonce, run="exit 1"))  # would never build
+    shipyard.trial("overridden-oracle", "overridden",
+                   environment={"image": "localhost/shipyard/debian:bookworm"})
+    for name in ("prebuilt-oracle", "overridden-oracle"):
+        status = shipyard.wait(name, timeout=180)["status"]
+        assert status.get("reward") == 1.0, (name, status)
+        created = [e.message for e in shipyard.events(name) if e.reason == "PodCreated"]
+        assert created and "localhost/shipyard/debian:bookworm" in created[0]
+    task = wait_images(shipyard, "prebuilt")
+    cond = condition(task, "ImagesReady")
+    assert "localhost/shipyard/debian:bookworm (prebuilt)" in cond["message"]
+    builds = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    assert [b["metadata"]["ownerReferences"][0]["name"] for b in builds] == ["overridden"]
