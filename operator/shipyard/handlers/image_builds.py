@@ -97,21 +97,41 @@ async def ensure_task_images(body: dict[str, Any], task: LoadedTask,
         cond = unavailable_condition(error, now_iso(), generation)
         return status.model_copy(update={"images": {}, "conditions": [*status.conditions,
                                                                       cond]})
+    builds, refs = await asyncio.to_thread(ensure_builds, body, task, needs, force)
+    images, cond = images_status(needs, builds, refs, now_iso(), generation)
+    return status.model_copy(update={"images": images,
+                                     "conditions": [*status.conditions, cond]})
+
+
+def ensure_builds(body: dict[str, Any], task: LoadedTask, needs: list[ImageNeed], force: bool
+                  ) -> tuple[dict[str, ImageBuildStatus | None], dict[str, str]]:
+    """Create or adopt the ImageBuild of each context to build, with its context ConfigMap."""
     builds: dict[str, ImageBuildStatus | None] = {}
     refs: dict[str, str] = {}
     for need in needs:
         if not need.build or need.build_name in builds:
             continue
-        manifest = build_image_build(dict(body), need, force)
-        existing = await asyncio.to_thread(kube_builds.create_or_adopt, manifest)
-        files = task.tree(need.context_dir)
-        await asyncio.to_thread(kube_builds.ensure_context,
-                                build_context_configmap(existing, files))
+        existing = kube_builds.create_or_adopt(build_image_build(dict(body), need, force))
+        kube_builds.ensure_context(build_context_configmap(existing,
+                                                           task.tree(need.context_dir)))
         builds[need.build_name] = _build_status(existing)
         refs[need.build_name] = existing["spec"]["ref"]
-    images, cond = images_status(needs, builds, refs, now_iso(), generation)
-    return status.model_copy(update={"images": images,
-                                     "conditions": [*status.conditions, cond]})
+    return builds, refs
+
+
+def rebuild_for_task(namespace: str, name: str) -> None:
+    """An ImageBuild of the Task was deleted (`kubectl delete imagebuild` is how a failed build
+    is retried): create it again, unless the Task is going too."""
+    body = objects.get_custom("tasks", namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    try:
+        task = load_task(body)
+        force = bool((body.get("spec") or {}).get("forceBuild"))
+        ensure_builds(body, task, image_needs(task, image_settings(), force), force)
+    except (TaskUnavailable, ImagesUnavailable, ImageSettingError):
+        return  # the validation handler reports these
+    refresh_task_images(namespace, name)
 
 
 def trial_decision(namespace: str, task_name: str, task: LoadedTask,
@@ -195,8 +215,14 @@ def _owner_tasks(build: dict[str, Any]) -> list[str]:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def build_status_changed(event: dict[str, Any], body: kopf.Body, namespace: str,
                                **_: Any) -> None:
-    """Every change of an ImageBuild (kopf keeps no diff of status) updates its owner Tasks."""
-    if event.get("type") == "DELETED" or not body.get("status"):
+    """Every change of an ImageBuild (kopf keeps no diff of status) updates its owner Tasks;
+    a deleted one is made again for the Tasks that still need it (a retry)."""
+    if event.get("type") == "DELETED":
+        for task in _owner_tasks(dict(body)):
+            await asyncio.to_thread(rebuild_for_task, namespace, task)
+            _wake_trials(namespace, task)
+        return
+    if not body.get("status"):
         return
     for task in _owner_tasks(dict(body)):
         await asyncio.to_thread(refresh_task_images, namespace, task)
