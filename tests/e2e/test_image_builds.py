@@ -350,3 +350,39 @@ def test_docker_image_is_used_prebuilt_and_the_trials_image_wins(shipyard, batch
     builds = shipyard.api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "imagebuilds")["items"]
     assert [b["metadata"]["ownerReferences"][0]["name"] for b in builds] == ["overridden"]
+
+
+def test_a_20_mib_context_is_pushed_in_parts_and_builds(shipyard, cluster, namespace,
+                                                         tmp_path):
+    """A task whose environment/ holds 20 MiB of incompressible data: `shipyard task push`
+    splits the bundle over ConfigMaps, the build context is split the same way, the Job joins
+    it, and the image carries the file intact."""
+    import hashlib
+    import subprocess
+    import sys
+
+    data = os.urandom(20 * 1024 * 1024)
+    digest = hashlib.sha256(data).hexdigest()
+    files = {k: v.encode() for k, v in simple_task(uuid.uuid4().hex, dockerfile=(
+        "FROM debian:bookworm\nCOPY big.bin /big.bin\n")).items()}
+    files["environment/big.bin"] = data
+    files["tests/test.sh"] = (
+        "#!/bin/bash\nif grep -q 42 /tmp/answer.txt && [ \"$(sha256sum /big.bin | cut -d' ' -f1)"
+        f"\" = {digest} ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n").encode()
+    task_dir = tmp_path / "bigctx"
+    for path, content in files.items():
+        (task_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        (task_dir / path).write_bytes(content)
+    pushed = subprocess.run(
+        [sys.executable, "-m", "shipyard", "task", "push", str(task_dir), "-n", namespace],
+        env=dict(os.environ, KUBECONFIG=cluster.kubeconfig), capture_output=True, text=True,
+        timeout=300)
+    assert pushed.returncode == 0, pushed.stderr
+    task = shipyard.get("tasks", "bigctx")
+    assert task["spec"]["source"]["configMap"]["parts"] >= 20, task["spec"]
+    shipyard.trial("bigctx-oracle", "bigctx")
+    status = shipyard.wait("bigctx-oracle", timeout=400)["status"]
+    assert status.get("reward") == 1.0, status
+    (build,) = shipyard.api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "imagebuilds")["items"]
+    assert build["spec"]["contextParts"] >= 20 and build["status"]["source"] == "built"

@@ -47,6 +47,10 @@ class InlineSource(Model):
 
 class ConfigMapSource(Model):
     name: str = Field(min_length=1, description="ConfigMap holding the task bundle.")
+    parts: int | None = Field(
+        default=None, ge=1, le=64,
+        description="A bundle larger than one ConfigMap (1 MiB) is split into ConfigMaps "
+        "<name>-0 ... <name>-<parts-1>, read and joined in order.")
 
 
 class TaskSource(Model):
@@ -108,6 +112,9 @@ class ImageBuildSpec(Model):
     context_hash: str = Field(min_length=1)
     context_config_map: str = Field(
         min_length=1, description="ConfigMap holding the build context as context.tar.gz.")
+    context_parts: int | None = Field(
+        default=None, ge=1, description="A context larger than one ConfigMap is split into "
+        "<contextConfigMap>-0 ... -<parts-1>, joined in order.")
     cache_ref: str | None = Field(default=None, description="Registry cache (buildctl "
                                   "--export-cache/--import-cache type=registry).")
     timeout_sec: float = Field(default=600.0, gt=0, description="[environment]."

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from shipyard.api.models import (
     GROUP,
@@ -43,9 +44,10 @@ from shipyard.reconcile import image_build as machine
 from shipyard.render.build_job import (
     BUILD_CONTAINER,
     LABEL_IMAGE_BUILD,
-    build_context_configmap,
+    build_context_configmaps,
     build_image_build,
     build_job,
+    context_parts,
 )
 from shipyard.taskformat import LoadedTask
 
@@ -111,9 +113,11 @@ def ensure_builds(body: dict[str, Any], task: LoadedTask, needs: list[ImageNeed]
     for need in needs:
         if not need.build or need.build_name in builds:
             continue
-        existing = kube_builds.create_or_adopt(build_image_build(dict(body), need, force))
-        kube_builds.ensure_context(build_context_configmap(existing,
-                                                           task.tree(need.context_dir)))
+        parts = context_parts(task.tree(need.context_dir))
+        existing = kube_builds.create_or_adopt(build_image_build(dict(body), need, force,
+                                                                 len(parts)))
+        for configmap in build_context_configmaps(existing, parts):
+            kube_builds.ensure_context(configmap)
         builds[need.build_name] = _build_status(existing)
         refs[need.build_name] = existing["spec"]["ref"]
     return builds, refs
@@ -131,6 +135,10 @@ def rebuild_for_task(namespace: str, name: str) -> None:
         ensure_builds(body, task, image_needs(task, image_settings(), force), force)
     except (TaskUnavailable, ImagesUnavailable, ImageSettingError):
         return  # the validation handler reports these
+    except ApiException as e:
+        if e.status in (403, 404, 409):  # e.g. the namespace is being deleted
+            return
+        raise
     refresh_task_images(namespace, name)
 
 

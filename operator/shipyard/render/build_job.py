@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from shipyard.api.models import API_VERSION, ImageBuildSpec
-from shipyard.api.task_source import build_bundle
+from shipyard.api.task_source import build_bundle, part_names, split_bundle
 from shipyard.plan.images import ImageNeed, ImageSettings
 from shipyard.render.pod import LABEL_COMPONENT, MANAGED_BY
 
@@ -45,11 +45,13 @@ def build_owner(image_build: dict[str, Any]) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
-def build_image_build(task: dict[str, Any], need: ImageNeed, force: bool) -> dict[str, Any]:
+def build_image_build(task: dict[str, Any], need: ImageNeed, force: bool,
+                      context_parts: int = 1) -> dict[str, Any]:
     name = need.build_name
     assert need.context_hash is not None
     spec = ImageBuildSpec(ref=need.ref, context_hash=need.context_hash,
                           context_config_map=context_configmap_name(name),
+                          context_parts=context_parts if context_parts > 1 else None,
                           cache_ref=need.cache_ref, timeout_sec=need.timeout_sec, force=force)
     return {
         "apiVersion": API_VERSION,
@@ -61,19 +63,25 @@ def build_image_build(task: dict[str, Any], need: ImageNeed, force: bool) -> dic
     }
 
 
-def build_context_configmap(image_build: dict[str, Any],
-                            files: dict[str, bytes]) -> dict[str, Any]:
-    """The context (the files under the context directory) as a deterministic tar.gz."""
+def context_parts(files: dict[str, bytes]) -> list[bytes]:
+    """The context (the files under the context directory) as a deterministic tar.gz, in
+    ConfigMap-sized parts."""
+    return split_bundle(build_bundle(files))
+
+
+def build_context_configmaps(image_build: dict[str, Any],
+                             parts: list[bytes]) -> list[dict[str, Any]]:
+    spec = ImageBuildSpec.model_validate(image_build["spec"])
     name = image_build["metadata"]["name"]
-    return {
+    return [{
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": context_configmap_name(name),
-                     "namespace": image_build["metadata"]["namespace"],
+        "metadata": {"name": cm_name, "namespace": image_build["metadata"]["namespace"],
                      "labels": build_labels(name, "build-context"),
                      "ownerReferences": [build_owner(image_build)]},
-        "binaryData": {CONTEXT_KEY: base64.b64encode(build_bundle(files)).decode()},
-    }
+        "binaryData": {CONTEXT_KEY: base64.b64encode(part).decode()},
+    } for cm_name, part in zip(part_names(spec.context_config_map, spec.context_parts), parts,
+                               strict=True)]
 
 
 def buildctl_argv(spec: ImageBuildSpec, settings: ImageSettings) -> list[str]:
@@ -95,10 +103,12 @@ def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str,
     name = image_build["metadata"]["name"]
     spec = ImageBuildSpec.model_validate(image_build["spec"])
     labels = build_labels(name, "image-build-job")
+    names = part_names(spec.context_config_map, spec.context_parts)
     volumes: list[dict[str, Any]] = [
-        {"name": "context-tar", "configMap": {"name": spec.context_config_map}},
+        *({"name": f"context-{i}", "configMap": {"name": n}} for i, n in enumerate(names)),
         {"name": "ctx", "emptyDir": {}},
     ]
+    unpack = " ".join(f"/context/{i}/{CONTEXT_KEY}" for i in range(len(names)))
     mounts = [{"name": "ctx", "mountPath": "/ctx"}]
     env: list[dict[str, Any]] = []
     if settings.push_secret:
@@ -115,9 +125,10 @@ def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str,
             "name": "context",
             "image": settings.builder_image,
             "imagePullPolicy": "IfNotPresent",
-            "command": ["sh", "-c", f"tar -xzf /context-tar/{CONTEXT_KEY} -C /ctx"],
-            "volumeMounts": [*mounts[:1],
-                             {"name": "context-tar", "mountPath": "/context-tar"}],
+            "command": ["sh", "-c", f"cat {unpack} | tar -xzf - -C /ctx"],
+            "volumeMounts": [*mounts[:1], *({"name": f"context-{i}",
+                                             "mountPath": f"/context/{i}"}
+                                            for i in range(len(names)))],
         }],
         "containers": [{
             "name": BUILD_CONTAINER,

@@ -5,13 +5,15 @@ from __future__ import annotations
 import base64
 import gzip
 import io
+import os
 import tarfile
 
 from shipyard.plan.images import ImageNeed, ImageSettings
 from shipyard.render.build_job import (
-    build_context_configmap,
+    build_context_configmaps,
     build_image_build,
     build_job,
+    context_parts,
 )
 
 TASK = {"metadata": {"name": "hello", "namespace": "ns", "uid": "task-uid"}}
@@ -38,12 +40,36 @@ def test_image_build_is_named_from_the_hash_and_owned_by_the_task_not_controlled
 
 
 def test_context_configmap_holds_the_context_as_tar_gz():
-    cm = build_context_configmap(_image_build(), {"Dockerfile": b"FROM x\n", "run.sh": b"ls"})
+    parts = context_parts({"Dockerfile": b"FROM x\n", "run.sh": b"ls"})
+    (cm,) = build_context_configmaps(_image_build(), parts)
+    assert cm["metadata"]["name"] == f"{NEED.build_name}-context"
     data = gzip.decompress(base64.b64decode(cm["binaryData"]["context.tar.gz"]))
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m.mode for m in tar.getmembers()}
     assert members == {"Dockerfile": 0o644, "run.sh": 0o755}
     assert cm["metadata"]["ownerReferences"][0]["kind"] == "ImageBuild"
+
+
+def test_a_large_context_is_split_and_joined_in_order():
+    big = {"Dockerfile": b"FROM x\n", "big.bin": os.urandom(2_000_000)}
+    parts = context_parts(big)
+    assert len(parts) == 3
+    ib = build_image_build(TASK, NEED, False, len(parts))
+    ib["metadata"]["uid"] = "ib-uid"
+    cms = build_context_configmaps(ib, parts)
+    assert [c["metadata"]["name"] for c in cms] == [
+        f"{NEED.build_name}-context-{i}" for i in range(3)]
+    joined = b"".join(base64.b64decode(c["binaryData"]["context.tar.gz"]) for c in cms)
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(joined))) as tar:
+        assert tar.extractfile("big.bin").read() == big["big.bin"]
+    assert all(len(base64.b64decode(c["binaryData"]["context.tar.gz"])) <= 768 * 1024
+               for c in cms)
+    pod = build_job(ib, LOCAL)["spec"]["template"]["spec"]
+    init = pod["initContainers"][0]
+    assert init["command"][-1] == ("cat /context/0/context.tar.gz /context/1/context.tar.gz "
+                                   "/context/2/context.tar.gz | tar -xzf - -C /ctx")
+    assert [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v] == [
+        c["metadata"]["name"] for c in cms]
 
 
 def test_job_runs_buildctl_with_push_cache_and_deadline():
@@ -60,7 +86,8 @@ def test_job_runs_buildctl_with_push_cache_and_deadline():
     assert ("type=registry,ref=reg:5000/p/hello:buildcache,mode=max,registry.insecure=true"
             in argv)
     assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert "tar -xzf" in pod["initContainers"][0]["command"][-1]
+    assert pod["initContainers"][0]["command"][-1] == (
+        "cat /context/0/context.tar.gz | tar -xzf - -C /ctx")
     assert not main["env"]  # no push credentials configured: none mounted
 
 
