@@ -282,7 +282,7 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
     assert status.job_name is not None
     job = kube_builds.get_job(ns, status.job_name)
     pods = kube_builds.job_pods(ns, status.job_name) if job is not None else []
-    seen = machine.observe_job(job, pods)
+    seen = machine.observe_job(job, pods, datetime.now(UTC))
     if seen.state == "failed" and not seen.log_tail and pods:
         # The pod's status may not carry its termination message yet: read the log itself.
         tail = kube_builds.pod_log_tail(ns, pods[0]["metadata"]["name"], BUILD_CONTAINER)
@@ -321,6 +321,22 @@ async def _apply(build: dict[str, Any], retry: int = 0) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 async def start_build(body: kopf.Body, retry: int, **_: Any) -> None:
     await _apply(dict(body), retry)
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
+async def build_pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    """The build container ended: decide at once, before the Job controller notices."""
+    statuses = (body.get("status") or {}).get("containerStatuses") or []
+    if not any(cs.get("name") == BUILD_CONTAINER and (cs.get("state") or {}).get("terminated")
+               for cs in statuses):
+        return
+    name = (body.get("metadata") or {}).get("labels", {}).get(LABEL_IMAGE_BUILD)
+    build = await asyncio.to_thread(objects.get_custom, PLURAL, namespace, name)
+    if build is None or machine.is_terminal(_build_status(build)):
+        return
+    if _build_status(build).job_name is None:
+        return
+    await _apply(build)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})

@@ -11,9 +11,11 @@ handler retries with backoff). Terminal states never change: a broken Dockerfile
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from shipyard.api.models import ImageBuildSpec, ImageBuildStatus
+from shipyard.render.build_job import BUILD_CONTAINER
 
 MESSAGE_LINES = 12
 MESSAGE_CHARS = 1500
@@ -26,7 +28,10 @@ class JobObservation:
     log_tail: str = ""  # the builder's last lines (its termination message)
 
 
-def observe_job(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobObservation:
+def observe_job(job: dict[str, Any] | None, pods: list[dict[str, Any]],
+                now: datetime | None = None) -> JobObservation:
+    """The Job's outcome from its conditions, or, while the Job controller has not caught up
+    (a busy control plane can take many seconds), from the build container's own exit."""
     if job is None:
         return JobObservation("missing")
     conditions = (job.get("status") or {}).get("conditions") or []
@@ -34,9 +39,27 @@ def observe_job(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobOb
     if "Complete" in done or "SuccessCriteriaMet" in done:
         return JobObservation("succeeded")
     failed = done.get("Failed") or done.get("FailureTarget")
-    if failed is None:
-        return JobObservation("active")
-    return JobObservation("failed", failed.get("reason"), _termination_message(pods))
+    if failed is not None:
+        return JobObservation("failed", failed.get("reason"), _termination_message(pods))
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated")
+            if cs.get("name") != BUILD_CONTAINER or not term:
+                continue
+            if term.get("exitCode") == 0:
+                return JobObservation("succeeded")
+            reason = "DeadlineExceeded" if _past_deadline(job, now) else "BuildFailed"
+            return JobObservation("failed", reason, term.get("message") or "")
+    return JobObservation("active")
+
+
+def _past_deadline(job: dict[str, Any], now: datetime | None) -> bool:
+    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    started = (job.get("status") or {}).get("startTime")
+    if now is None or not deadline or not started:
+        return False
+    begun = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    return (now - begun).total_seconds() >= deadline
 
 
 def _termination_message(pods: list[dict[str, Any]]) -> str:

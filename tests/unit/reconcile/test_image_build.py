@@ -61,3 +61,26 @@ def test_last_lines_keeps_the_tail():
     text = "\n".join(f"line {i}" for i in range(40)) + "\n\n"
     tail = last_lines(text)
     assert tail.splitlines()[-1] == "line 39" and "line 27" not in tail
+
+
+def test_the_build_containers_exit_decides_before_the_job_controller():
+    from datetime import UTC, datetime
+
+    job = {"spec": {"activeDeadlineSeconds": 30},
+           "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}}
+
+    def pod(code: int, message: str = "") -> dict:
+        return {"status": {"containerStatuses": [{"name": "buildctl", "state": {
+            "terminated": {"exitCode": code, "message": message}}}]}}
+
+    early = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+    late = datetime(2026, 1, 1, 0, 0, 31, tzinfo=UTC)
+    assert observe_job(job, [pod(0)], early).state == "succeeded"
+    failed = observe_job(job, [pod(1, "error: exit code: 3")], early)
+    assert (failed.state, failed.log_tail) == ("failed", "error: exit code: 3")
+    assert on_job(ImageBuildStatus(phase="Building"), SPEC, failed, None, "t").reason == \
+        "ImageBuildFailed"
+    assert observe_job(job, [pod(143)], late).reason == "DeadlineExceeded"
+    running = {"status": {"containerStatuses": [{"name": "buildctl",
+                                                 "state": {"running": {}}}]}}
+    assert observe_job(job, [running], early).state == "active"
