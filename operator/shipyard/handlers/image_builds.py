@@ -281,7 +281,7 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
     ns = build["metadata"]["namespace"]
     assert status.job_name is not None
     job = kube_builds.get_job(ns, status.job_name)
-    pods = kube_builds.job_pods(ns, status.job_name) if job is not None else []
+    pods = kube_builds.job_pods(ns, job) if job is not None else []
     seen = machine.observe_job(job, pods, datetime.now(UTC))
     if seen.state == "failed" and not seen.log_tail and pods:
         # The pod's status may not carry its termination message yet: read the log itself.

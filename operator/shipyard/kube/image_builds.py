@@ -69,8 +69,11 @@ def create_job(job: dict[str, Any]) -> None:
             raise
 
 
-def job_pods(namespace: str, job: str) -> list[dict[str, Any]]:
-    pods = core().list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+def job_pods(namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods of this Job (by its uid: a deleted Job of the same name may leave pods)."""
+    uid = job["metadata"]["uid"]
+    pods = core().list_namespaced_pod(
+        namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}").items
     return [api_client().sanitize_for_serialization(p) for p in pods]
 
 
