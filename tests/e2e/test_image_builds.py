@@ -255,11 +255,16 @@ def test_bad_dockerfiles_fail_the_task_and_its_trials_with_the_builders_words(
                                                              shipyard.events(name)])
     # Within seconds of the builder's verdict: the build container's exit → the ImageBuild's
     # (the Job controller, which may lag on a busy control plane, is not waited for).
+    # A timed-out build's pod is deleted by the Job controller: then its Failed condition.
     for job in build_jobs(batch_v1, namespace):
-        (pod,) = shipyard.core.list_namespaced_pod(
+        pods = shipyard.core.list_namespaced_pod(
             namespace, label_selector=f"job-name={job.metadata.name}").items
-        ended = next(cs.state.terminated.finished_at for cs in pod.status.container_statuses
-                     if cs.name == "buildctl")
+        if pods:
+            ended = next(cs.state.terminated.finished_at
+                         for cs in pods[0].status.container_statuses if cs.name == "buildctl")
+        else:
+            ended = next(c.last_transition_time for c in job.status.conditions or []
+                         if c.type in ("FailureTarget", "Failed"))
         build = shipyard.get("imagebuilds", job.metadata.name)
         assert _parse_time(build["status"]["finishedAt"]) - ended.timestamp() <= 5, (
             job.metadata.name, build["status"])
