@@ -266,7 +266,9 @@ def test_bad_dockerfiles_fail_the_task_and_its_trials_with_the_builders_words(
             ended = next(c.last_transition_time for c in job.status.conditions or []
                          if c.type in ("FailureTarget", "Failed"))
         build = shipyard.get("imagebuilds", job.metadata.name)
-        assert _parse_time(build["status"]["finishedAt"]) - ended.timestamp() <= 5, (
+        # 15 s: on the shared 2-core machine (load ≈ 40) the kubelet's status update alone
+        # took up to 9 s; on an idle one this is about a second.
+        assert _parse_time(build["status"]["finishedAt"]) - ended.timestamp() <= 15, (
             job.metadata.name, build["status"])
     trial = shipyard.wait("runfail-oracle", timeout=60)
     assert trial["status"]["phase"] == "Failed"
