@@ -52,7 +52,30 @@ case "${1:-}" in
     "$HELM" template shipyard "$CHART" --namespace shipyard-system >/dev/null
     "$HELM" template shipyard "$CHART" --namespace shipyard-system \
         --set rbac.clusterWide=false --set 'watchNamespaces={team-a,team-b}' >/dev/null
+    # Image builds: buildkitd (privileged, and rootless) with mirrors and a node selector.
+    for rootless in false true; do
+        out="$("$HELM" template shipyard "$CHART" --namespace shipyard-system \
+            --set builds.backend=buildkit --set builds.registry=registry.example/shipyard \
+            --set builds.buildkitd.rootless=$rootless --set 'builds.mirrors.docker\.io=m:5000' \
+            --set builds.buildkitd.nodeSelector.pool=builds)"
+        for want in "kind: Service" "name: shipyard-buildkitd" 'mirrors = ["m:5000"]' \
+                "pool: builds" "tcp://shipyard-buildkitd.shipyard-system.svc:1234"; do
+            grep -qF -- "$want" <<<"$out" ||
+                { echo "hack/helm.sh: builds (rootless=$rootless): no '$want'" >&2; exit 1; }
+        done
+        if [ "$rootless" = true ]; then
+            grep -qF -- "--oci-worker-no-process-sandbox" <<<"$out" ||
+                { echo "hack/helm.sh: rootless buildkitd without its flag" >&2; exit 1; }
+        else
+            grep -qF "privileged: true" <<<"$out" ||
+                { echo "hack/helm.sh: buildkitd is not privileged" >&2; exit 1; }
+        fi
+    done
     # The schema must refuse nonsense.
+    if "$HELM" template shipyard "$CHART" --set builds.backend=kaniko >/dev/null 2>&1; then
+        echo "hack/helm.sh: values.schema.json accepted builds.backend=kaniko" >&2
+        exit 1
+    fi
     if "$HELM" template shipyard "$CHART" --set replicaCount=two >/dev/null 2>&1; then
         echo "hack/helm.sh: values.schema.json accepted replicaCount=two" >&2
         exit 1

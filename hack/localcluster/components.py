@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilds import buildkitd_argv, registry_argv
+from imagebuilds import write_configs as write_build_configs
 from kubeproxy import apiserver_network_flags, kube_proxy_argv, write_kube_proxy_config
 from kuberouter import kube_router_argv
 from layout import (
@@ -42,6 +44,7 @@ def write_configs(layout: Layout) -> None:
     (layout.state / "kubelet.yaml").write_text(_kubelet_config(layout))
     write_kube_proxy_config(layout)
     (layout.cni_conf / "10-shipyard.conflist").write_text(json.dumps(_cni_config(layout), indent=2))
+    write_build_configs(layout)
 
 
 def _containerd_config(layout: Layout) -> str:
@@ -195,6 +198,9 @@ def components(layout: Layout) -> list[Component]:
         ),
         # Enforces NetworkPolicy; started once the node is Ready (it reads the Node object).
         Component("kube-router", kube_router_argv(layout)),
+        # The image registry and BuildKit for ImageBuild Jobs (see imagebuilds.py).
+        Component("registry", registry_argv(layout)),
+        Component("buildkitd", buildkitd_argv(layout)),
     ]
 
 

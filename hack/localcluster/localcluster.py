@@ -27,6 +27,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from components import APISERVER_URL, components, log_path, write_configs
+from imagebuilds import (
+    buildkitd_healthy,
+    ensure_binaries,
+    ensure_builder_image,
+    ensure_seeds,
+    registry_healthy,
+)
 from images import IMAGES, ensure_imported
 from kubeproxy import kube_proxy_cleanup_argv
 from kuberouter import (
@@ -328,6 +335,8 @@ def up() -> int:
         ensure_kubernetes_binaries(layout)
     with t.stage("kube-router binary"):
         ensure_kube_router(layout)
+    with t.stage("buildkit, registry binaries"):
+        ensure_binaries(layout)
     with t.stage("certificates and configs"):
         ensure_pki(layout.pki)
         write_configs(layout)
@@ -348,6 +357,7 @@ def up() -> int:
     with t.stage("images (import)"):
         for image in IMAGES:
             ensure_imported(layout, image)
+        ensure_builder_image(layout)
     with t.stage("kube-apiserver"):
         wait_until(layout, "etcd", pids, lambda: _etcd_healthy(), 30)
         start(layout, "kube-apiserver", procs["kube-apiserver"].argv, pids)
@@ -364,10 +374,14 @@ def up() -> int:
     with t.stage("kube-router (NetworkPolicy)"):
         start(layout, "kube-router", procs["kube-router"].argv, pids)
         wait_until(layout, "kube-router", pids, kube_router_healthy, 60)
+    with t.stage("registry, buildkitd"):
+        start_builds(layout, procs, pids)
     with t.stage("default ServiceAccount"):
         wait_until(
             layout, "kube-controller-manager", pids, lambda: default_service_account(layout), 60
         )
+    with t.stage("base image stand-ins"):
+        ensure_seeds(layout)
     print(
         f"cluster ready in {time.monotonic() - began:.1f}s; export KUBECONFIG={layout.kubeconfig}"
     )
@@ -396,8 +410,10 @@ def update_in_place(layout: Layout) -> bool:
         return True
     ensure_kubernetes_binaries(layout)
     ensure_kube_router(layout)
+    ensure_binaries(layout)
     ensure_pki(layout.pki)
     write_configs(layout)
+    ensure_builder_image(layout)
     for c in stale:
         print(f"  restarting {c.name} with its current configuration", flush=True)
         if c.name in pids and alive(pids[c.name]):
@@ -405,8 +421,23 @@ def update_in_place(layout: Layout) -> bool:
         start(layout, c.name, c.argv, pids)
         if c.name == "kube-apiserver":
             wait_until(layout, c.name, pids, lambda: apiserver_ready(layout), 90)
+        if c.name in ("registry", "buildkitd"):
+            wait_build_component(layout, c.name, pids)
     wait_until(layout, "kubelet", pids, lambda: node_ready(layout), 90)
+    ensure_seeds(layout)
     return True
+
+
+def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:
+    for name in ("registry", "buildkitd"):
+        start(layout, name, procs[name].argv, pids)
+    for name in ("registry", "buildkitd"):
+        wait_build_component(layout, name, pids)
+
+
+def wait_build_component(layout: Layout, name: str, pids: dict[str, int]) -> None:
+    check = registry_healthy if name == "registry" else (lambda: buildkitd_healthy(layout))
+    wait_until(layout, name, pids, check, 60)
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -471,7 +502,8 @@ def remove_containers(layout: Layout) -> None:
 
 def clean_host(layout: Layout) -> None:
     """Unmount leftovers, delete pod network namespaces and the bridge, remove pod cgroups."""
-    roots = (str(layout.kubelet_root), str(layout.run), str(layout.state / "containerd"))
+    roots = (str(layout.kubelet_root), str(layout.run), str(layout.state / "containerd"),
+             str(layout.state / "buildkit"))
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     for target in sorted((m for m in mounts if m.startswith(roots)), key=len, reverse=True):
         subprocess.run(["umount", "-l", target], capture_output=True)
@@ -502,6 +534,9 @@ def down_quietly(layout: Layout) -> None:
     if "kubelet" in pids:
         stop_pid(pids.pop("kubelet"), 5)
     remove_containers(layout)
+    for name in ("buildkitd", "registry"):
+        if name in pids:
+            stop_pid(pids.pop(name), 10)
     if "kube-router" in pids:
         stop_pid(pids.pop("kube-router"), 5)
     kube_router_cleanup(layout)

@@ -24,15 +24,17 @@ TEST_IMAGE = "localhost/shipyard/debian:bookworm"
 class OperatorProcess:
     """`python -m shipyard operator` as a child process, killable and restartable."""
 
-    def __init__(self, kubeconfig: str, log_path: Path) -> None:
+    def __init__(self, kubeconfig: str, log_path: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
+        self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         # A missing Task is waited for 10 s (the default 60 s would only slow the tests down).
         env = dict(os.environ, KUBECONFIG=self.kubeconfig, PYTHONUNBUFFERED="1",
-                   SHIPYARD_TASK_WAIT_SEC="10")
+                   SHIPYARD_TASK_WAIT_SEC="10", **self.extra_env)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
             # Only the test namespaces (t-*): an operator installed by a test elsewhere is not
@@ -66,17 +68,35 @@ class OperatorProcess:
 @pytest.fixture(scope="session")
 def crds(cluster) -> None:
     cluster.kubectl_run("apply", "-f", str(ROOT / "crds"))
-    for name in ("tasks.shipyard.dev", "trials.shipyard.dev"):
+    for name in ("tasks.shipyard.dev", "trials.shipyard.dev", "imagebuilds.shipyard.dev"):
         cluster.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
                             "--timeout=60s")
 
 
 @pytest.fixture(scope="session")
 def operator(cluster, crds, tmp_path_factory) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    op = OperatorProcess(cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
+                         build_env(cluster.local))
     op.start()
     yield op
     op.stop()
+
+
+# The local cluster's registry and buildkitd (hack/localcluster/imagebuilds.py); on another
+# cluster set SHIPYARD_BUILD_* in the environment of the test run.
+LOCAL_REGISTRY = "127.0.0.1:5055"
+LOCAL_BUILD_ENV = {
+    "SHIPYARD_BUILD_BACKEND": "buildkit",
+    "SHIPYARD_BUILD_REGISTRY": f"{LOCAL_REGISTRY}/shipyard-tests",
+    "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
+    "SHIPYARD_BUILDKIT_ADDR": "tcp://127.0.0.1:1234",
+    "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
+    "SHIPYARD_BUILD_HOST_NETWORK": "1",
+}
+
+
+def build_env(local: bool) -> dict[str, str]:
+    return {k: os.environ.get(k, v) for k, v in LOCAL_BUILD_ENV.items()} if local else {}
 
 
 class Shipyard:

@@ -90,12 +90,12 @@ def test_push_creates_updates_and_prunes_bundles(cluster, shipyard, tmp_path):
         task["spec"]["source"]["configMap"]["name"]]
 
 
-def test_push_refuses_a_bundle_too_large_for_a_configmap(cluster, shipyard, tmp_path):
+def test_push_refuses_a_bundle_too_large_to_store(cluster, shipyard, tmp_path):
     big = tmp_path / "big"
     shutil.copytree(HELLO_TASK, big)
-    (big / "data.bin").write_bytes(os.urandom(1_200_000))  # incompressible
+    (big / "data.bin").write_bytes(os.urandom(51_000_000))  # incompressible, > 48 MiB
     result = shipyard_cli(cluster, "task", "push", str(big), "-n", shipyard.namespace)
-    line = one_line_error(result, "more than a ConfigMap can hold")
+    line = one_line_error(result, "more than Shipyard stores")
     assert "data.bin" in line and ".harborignore" in line
     assert shipyard.api.list_namespaced_custom_object(
         "shipyard.dev", "v1alpha1", shipyard.namespace, "tasks")["items"] == []

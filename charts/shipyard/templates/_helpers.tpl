@@ -58,17 +58,23 @@ app.kubernetes.io/part-of: shipyard
      Secrets a Trial names, the operator never reads them. */}}
 {{- define "shipyard.namespacedRules" -}}
 - apiGroups: [shipyard.dev]
-  resources: [tasks, trials]
-  verbs: [get, list, watch, patch, update, delete]
+  resources: [tasks, trials, imagebuilds]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [shipyard.dev]
-  resources: [tasks/status, trials/status]
+  resources: [tasks/status, trials/status, imagebuilds/status]
   verbs: [get, patch, update]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods/exec]
   verbs: [create, get]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, patch, update]
@@ -88,4 +94,14 @@ app.kubernetes.io/part-of: shipyard
   resources: [ciliumnetworkpolicies]
   verbs: [get, list, watch, create, update, patch, delete]
 {{- end }}
+{{- end }}
+
+
+{{/* "k1=v1,k2=v2" from a map, for SHIPYARD_* environment variables. */}}
+{{- define "shipyard.keyValues" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}

@@ -10,7 +10,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from shipyard.api.models import GROUP, VERSION, TaskSpec, TaskStatus, TrialSpec, TrialStatus
+from shipyard.api.models import (
+    GROUP,
+    VERSION,
+    ImageBuildSpec,
+    ImageBuildStatus,
+    TaskSpec,
+    TaskStatus,
+    TrialSpec,
+    TrialStatus,
+)
 
 DROP_KEYS = {"title", "discriminator"}
 
@@ -133,6 +142,8 @@ def task_crd() -> dict[str, Any]:
         [
             {"name": "Ready", "type": "string",
              "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+            {"name": "Images", "type": "string",
+             "jsonPath": ".status.conditions[?(@.type=='ImagesReady')].reason"},
             {"name": "Steps", "type": "integer", "jsonPath": ".status.summary.steps"},
             {"name": "Verifier", "type": "string", "jsonPath": ".status.summary.verifierMode"},
             {"name": "Image", "type": "string", "jsonPath": ".status.summary.image",
@@ -167,9 +178,27 @@ def trial_crd() -> dict[str, Any]:
     )
 
 
+def image_build_crd() -> dict[str, Any]:
+    return _crd(
+        "ImageBuild",
+        "imagebuilds",
+        ImageBuildSpec,
+        ImageBuildStatus,
+        [
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Source", "type": "string", "jsonPath": ".status.source"},
+            {"name": "Ref", "type": "string", "jsonPath": ".spec.ref"},
+            {"name": "Reason", "type": "string", "priority": 1, "jsonPath": ".status.reason"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        ["syib"],
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ → CRD manifest."""
-    return {"tasks.shipyard.dev.yaml": task_crd(), "trials.shipyard.dev.yaml": trial_crd()}
+    return {"tasks.shipyard.dev.yaml": task_crd(), "trials.shipyard.dev.yaml": trial_crd(),
+            "imagebuilds.shipyard.dev.yaml": image_build_crd()}
 
 
 def render(crd: dict[str, Any]) -> str:

@@ -47,6 +47,10 @@ class InlineSource(Model):
 
 class ConfigMapSource(Model):
     name: str = Field(min_length=1, description="ConfigMap holding the task bundle.")
+    parts: int | None = Field(
+        default=None, ge=1, le=64,
+        description="A bundle larger than one ConfigMap (1 MiB) is split into ConfigMaps "
+        "<name>-0 ... <name>-<parts-1>, read and joined in order.")
 
 
 class TaskSource(Model):
@@ -56,6 +60,11 @@ class TaskSource(Model):
 
 class TaskSpec(Model):
     source: TaskSource
+    force_build: bool = Field(
+        default=False,
+        description="Build the images from the task's Dockerfiles even when the task names a "
+        "prebuilt docker_image or the registry already has the tag (Harbor's force_build).",
+    )
 
 
 class TaskSummary(Model):
@@ -65,11 +74,63 @@ class TaskSummary(Model):
     network: str = "public"
 
 
+ImageSource = Literal["prebuilt", "built", "cached"]
+
+
+class ImageStatus(Model):
+    """One image of the task, by role (`environment`, `verifier`, `verifier.<step>`)."""
+
+    ref: str
+    digest: str | None = None
+    context_hash: str | None = Field(
+        default=None, description="Harbor's environment_id of the build context.")
+    source: ImageSource | None = Field(
+        default=None, description="prebuilt (docker_image), built (by this cluster's builder) "
+        "or cached (the registry had the tag already); empty while building.")
+    build: str | None = Field(default=None, description="The ImageBuild that makes it.")
+
+
 class TaskStatus(Model):
     observed_generation: int | None = None
     conditions: list[Condition] = []
     digest: str | None = None
     summary: TaskSummary | None = None
+    images: dict[str, ImageStatus] = {}
+
+
+# ---------------------------------------------------------------- ImageBuild
+
+IMAGES_READY = "ImagesReady"
+ImageBuildPhase = Literal["Pending", "Building", "Succeeded", "Failed"]
+
+
+class ImageBuildSpec(Model):
+    """One image built from one context, shared by every Task whose context hashes the same
+    (each is a non-controller owner; the build goes with the last of them)."""
+
+    ref: str = Field(min_length=1, description="Where the image is pushed: repository:tag.")
+    context_hash: str = Field(min_length=1)
+    context_config_map: str = Field(
+        min_length=1, description="ConfigMap holding the build context as context.tar.gz.")
+    context_parts: int | None = Field(
+        default=None, ge=1, description="A context larger than one ConfigMap is split into "
+        "<contextConfigMap>-0 ... -<parts-1>, joined in order.")
+    cache_ref: str | None = Field(default=None, description="Registry cache (buildctl "
+                                  "--export-cache/--import-cache type=registry).")
+    timeout_sec: float = Field(default=600.0, gt=0, description="[environment]."
+                               "build_timeout_sec: the build Job's activeDeadlineSeconds.")
+    force: bool = Field(default=False, description="Build even when the registry has the tag.")
+
+
+class ImageBuildStatus(Model):
+    phase: ImageBuildPhase = "Pending"
+    reason: str | None = None
+    message: str | None = None
+    digest: str | None = None
+    source: ImageSource | None = None
+    job_name: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
 
 
 # ---------------------------------------------------------------- Trial
@@ -196,6 +257,9 @@ class PodSettings(Model):
     priority_class_name: str | None = None
     runtime_class_name: str | None = Field(
         default=None, description="For example gvisor, to sandbox untrusted agents.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default=[], description="Secrets for pulling the trial's images from a private "
+        "registry, added to the operator's (chart value builds.imagePullSecrets).")
 
 
 class ArtifactSpec(Model):

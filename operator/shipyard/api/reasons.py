@@ -35,9 +35,13 @@ class Reason(StrEnum):
     OOM_KILLED = "OOMKilled"
     SECRET_NOT_FOUND = "SecretNotFound"
     CANCELLED = "Cancelled"
+    IMAGE_BUILD_FAILED = "ImageBuildFailed"
+    IMAGE_BUILD_UNSUPPORTED = "ImageBuildUnsupported"
+    NO_IMAGE_BUILDER = "NoImageBuilder"
     # ---- a Trial's Running condition while it runs
     ENVIRONMENT_STARTING = "EnvironmentStarting"
     WAITING_FOR_TASK = "WaitingForTask"
+    WAITING_FOR_IMAGE = "WaitingForImage"
     RETRYING = "Retrying"
     HEALTHCHECK_RUNNING = "HealthcheckRunning"
     SETUP_RUNNING = "SetupRunning"
@@ -47,6 +51,11 @@ class Reason(StrEnum):
     # ---- a Task's Ready condition
     VALID = "Valid"
     BUNDLE_NOT_FOUND = "BundleNotFound"
+    # ---- an ImageBuild's phase reasons (and a Task's ImagesReady condition)
+    BUILDING = "Building"
+    BUILD_FAILED = "BuildFailed"
+    BUILD_TIMEOUT = "BuildTimeout"
+    REGISTRY_UNAVAILABLE = "RegistryUnavailable"
     # ---- Events only
     STARTED = "Started"
     POD_CREATED = "PodCreated"
@@ -85,12 +94,13 @@ REASONS_FAILED = frozenset({
     Reason.ENVIRONMENT_SETUP_FAILED, Reason.STEP_FAILED, Reason.NETWORK_POLICY_UNENFORCEABLE,
     Reason.TASK_INVALID, Reason.TASK_NOT_FOUND, Reason.TRIAL_INVALID, Reason.IMAGE_PULL_FAILED,
     Reason.UNSCHEDULABLE, Reason.POD_LOST, Reason.OOM_KILLED, Reason.SECRET_NOT_FOUND,
-    Reason.CANCELLED,
+    Reason.CANCELLED, Reason.IMAGE_BUILD_FAILED, Reason.BUILD_TIMEOUT,
+    Reason.IMAGE_BUILD_UNSUPPORTED, Reason.NO_IMAGE_BUILDER,
 })
 """The reasons a Trial's `Failed` condition may carry."""
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})
 """Infrastructure failures that a Trial's `retries` retry with a new pod."""
-WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.RETRYING})
+WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING})
 """Running=False/True reasons of a trial that waits rather than runs a phase."""
 
 

@@ -8,6 +8,10 @@ import tarfile
 from collections.abc import Mapping
 
 BUNDLE_KEY = "task.tar.gz"
+# The apiserver refuses a ConfigMap whose data and binaryData exceed 1 MiB together (base64
+# makes binary data 4/3 larger); a larger bundle is split into parts of PART_BYTES.
+CONFIGMAP_LIMIT_BYTES = 1024 * 1024
+PART_BYTES = 768 * 1024
 
 
 class TaskSourceError(Exception):
@@ -47,3 +51,15 @@ def files_from_bundle(bundle: bytes) -> dict[str, bytes]:
     except (tarfile.TarError, OSError, EOFError) as e:
         raise TaskSourceError(f"the task bundle is not a readable tar.gz: {e}") from e
     return files
+
+
+def split_bundle(bundle: bytes) -> list[bytes]:
+    """One part when it fits a ConfigMap, else PART_BYTES pieces (joined in order to read)."""
+    if len(bundle) <= PART_BYTES:
+        return [bundle]
+    return [bundle[i:i + PART_BYTES] for i in range(0, len(bundle), PART_BYTES)]
+
+
+def part_names(name: str, parts: int | None) -> list[str]:
+    """The ConfigMaps of a bundle: `name` alone, or `name-0` ... `name-<parts-1>`."""
+    return [name] if not parts else [f"{name}-{i}" for i in range(parts)]

@@ -17,9 +17,15 @@ from shipyard.api.task_source import (
     TaskSourceError,
     files_from_bundle,
     files_from_inline,
+    part_names,
 )
 from shipyard.kube import objects
 from shipyard.taskformat import LoadedTask, TaskFormatError, load_task_files
+
+# Split bundles (several MiB, read by every trial and refresh) are kept decoded, a few at a time.
+CACHE_ENTRIES = 4
+CACHE_MIN_BYTES = 512 * 1024
+_bundles: dict[tuple[str, str, int | None], dict[str, bytes]] = {}
 
 
 class TaskUnavailable(Exception):
@@ -37,24 +43,36 @@ def task_files(task: dict[str, Any]) -> dict[str, bytes]:
     if source.get("inline") is not None:
         return files_from_inline(source["inline"].get("files") or {})
     if source.get("configMap") is not None:
-        cm_name = source["configMap"]["name"]
-        cm = objects.get_configmap(meta["namespace"], cm_name)
-        if cm is None:  # not created yet, maybe: Trials and the Task wait for it
-            raise TaskUnavailable(
-                Reason.TASK_NOT_FOUND,
-                f"spec.source.configMap: ConfigMap {cm_name} (the task bundle) not found",
-            )
-        binary = (cm.get("binaryData") or {}).get(BUNDLE_KEY)
-        if binary is None:
-            raise TaskUnavailable(
-                Reason.TASK_INVALID,
-                f"spec.source.configMap: ConfigMap {cm_name} has no binaryData key {BUNDLE_KEY}",
-            )
+        cm_name, parts = source["configMap"]["name"], source["configMap"].get("parts")
+        key = (meta["namespace"], cm_name, parts)
+        if key in _bundles:  # content-addressed names: a bundle never changes
+            return _bundles[key]
+        bundle = b"".join(_bundle_part(meta["namespace"], name)
+                          for name in part_names(cm_name, parts))
         try:
-            return files_from_bundle(base64.b64decode(binary))
+            files = files_from_bundle(bundle)
         except TaskSourceError as e:
             raise TaskUnavailable(Reason.TASK_INVALID, f"spec.source.configMap: {e}") from e
+        if len(bundle) > CACHE_MIN_BYTES:  # only big bundles are worth keeping
+            while len(_bundles) >= CACHE_ENTRIES:
+                _bundles.pop(next(iter(_bundles)))
+            _bundles[key] = files
+        return files
     raise TaskUnavailable(Reason.TASK_INVALID, "spec.source: set inline.files or configMap.name")
+
+
+def _bundle_part(namespace: str, name: str) -> bytes:
+    cm = objects.get_configmap(namespace, name)
+    if cm is None:  # not created yet, maybe: Trials and the Task wait for it
+        raise TaskUnavailable(
+            Reason.TASK_NOT_FOUND,
+            f"spec.source.configMap: ConfigMap {name} (the task bundle) not found")
+    binary = (cm.get("binaryData") or {}).get(BUNDLE_KEY)
+    if binary is None:
+        raise TaskUnavailable(
+            Reason.TASK_INVALID,
+            f"spec.source.configMap: ConfigMap {name} has no binaryData key {BUNDLE_KEY}")
+    return base64.b64decode(binary)
 
 
 def load_task(task: dict[str, Any]) -> LoadedTask:

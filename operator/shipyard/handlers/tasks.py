@@ -11,7 +11,9 @@ import kopf
 from shipyard.api.conventions import condition
 from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
+from shipyard.kube import objects
 from shipyard.plan.task_summary import summarize
 
 RECHECK_SEC = 10.0
@@ -35,7 +37,17 @@ async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name
 async def validate_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     status, event = await task_status(body)
     kopf.event(body, type=event[0], reason=event[1], message=event[2])
-    patch.status.update(status.model_dump(by_alias=True, mode="json"))
+    await write_status(body, status)
+
+
+async def write_status(body: kopf.Body, status: TaskStatus) -> None:
+    """Written at once (not by kopf after the handler), then refreshed from the ImageBuilds:
+    a build that finished meanwhile is never missed."""
+    meta = body["metadata"]
+    await asyncio.to_thread(objects.patch_status, "tasks", meta["namespace"], meta["name"],
+                            status.model_dump(by_alias=True, mode="json"))
+    if any(c.type == "ImagesReady" for c in status.conditions):
+        await asyncio.to_thread(refresh_task_images, meta["namespace"], meta["name"])
 
 
 @kopf.timer(GROUP, VERSION, "tasks", interval=RECHECK_SEC, when=_bundle_missing)
@@ -45,7 +57,7 @@ async def recheck_bundle(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     status, event = await task_status(body)
     if status.conditions[0].reason != Reason.BUNDLE_NOT_FOUND:
         kopf.event(body, type=event[0], reason=event[1], message=event[2])
-        patch.status.update(status.model_dump(by_alias=True, mode="json"))
+        await write_status(body, status)
 
 
 async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]]:
@@ -64,9 +76,11 @@ async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]
     ready = Condition(type="Ready", status="True", reason=Reason.VALID,
                       message=f"task {task.name} is valid", last_transition_time=now,
                       observed_generation=generation)
+    status = TaskStatus(observed_generation=generation, digest=task.digest, summary=summary,
+                        conditions=[ready])
+    status = await ensure_task_images(dict(body), task, status)
     return (
-        TaskStatus(observed_generation=generation, digest=task.digest, summary=summary,
-                   conditions=[ready]),
+        status,
         ("Normal", Reason.VALID, f"{summary.steps} step(s), verifier {summary.verifier_mode}, "
                             f"image {summary.image}"),
     )

@@ -21,15 +21,24 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from shipyard.api.conventions import LABEL_NETWORK, Role, cancel_requested, iso, parse_time
+from shipyard.api.conventions import (
+    CANCEL_ANNOTATION,
+    LABEL_NETWORK,
+    Role,
+    cancel_requested,
+    iso,
+    parse_time,
+)
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import image_builds
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
 from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
 from shipyard.plan.settings import OperatorSettings
@@ -146,8 +155,10 @@ class TrialDriver:
             if self.settings.error:
                 raise PlanError(Reason.TRIAL_INVALID, f"operator settings: {self.settings.error}")
             self.network = await self.call(cluster_network_settings, self.settings.network)
+            images = await self.wait_for_images(spec, task)
             plan = build_plan(task, spec, self.settings.task_env, self.network,
-                              self.settings.scheduling, self.settings.agent_bundle_repository)
+                              self.settings.scheduling, self.settings.agent_bundle_repository,
+                              images)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
@@ -174,6 +185,31 @@ class TrialDriver:
                 await self.save(decided.status, decided.outcome)
                 await self.flush()
                 await self.waker.wait(decided.poll_sec)
+
+    async def wait_for_images(self, spec: TrialSpec, task: LoadedTask) -> dict[str, str]:
+        """The Task's images by role, once built (one build serves all its trials: they
+        wait, woken when a build changes); TaskUnavailable when they cannot be had
+        (ImageBuildFailed is never retried)."""
+        task_name = spec.task_ref.name
+        override = spec.environment.image is not None
+        try:
+            while True:
+                decision = await self.call(image_builds.trial_decision, self.namespace,
+                                           task_name, task, override)
+                if isinstance(decision, ImagesReady):
+                    return decision.refs
+                if isinstance(decision, ImagesFailed):
+                    raise TaskUnavailable(decision.reason, decision.message)
+                if self.cancelling():
+                    raise TaskUnavailable(Reason.CANCELLED, f"cancelled by the {CANCEL_ANNOTATION} "
+                                          f"annotation while {decision.message}")
+                image_builds.wait_for(self.namespace, task_name, self.name)
+                await self.save(*machine.waiting_for_image(self.status, decision.message,
+                                                           now()))
+                await self.flush()
+                await self.waker.wait(30.0)
+        finally:
+            image_builds.stop_waiting(self.namespace, task_name, self.name)
 
     async def fail_now(self, reason: Reason, message: str) -> None:
         status, outcome = machine.fail(self.status, reason, message, now())

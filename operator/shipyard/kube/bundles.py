@@ -24,11 +24,19 @@ from shipyard.api.conventions import (
     task_selector,
 )
 from shipyard.api.models import API_VERSION, GROUP, VERSION
-from shipyard.api.task_source import BUNDLE_KEY, build_bundle
+from shipyard.api.task_source import (
+    BUNDLE_KEY,
+    PART_BYTES,
+    build_bundle,
+    part_names,
+    split_bundle,
+)
 from shipyard.kube.client import core, custom
 
-# The apiserver refuses a ConfigMap whose data and binaryData exceed 1 MiB together.
-CONFIGMAP_LIMIT_BYTES = 1024 * 1024
+# Bundles larger than one ConfigMap are split (api.task_source.split_bundle), up to MAX_PARTS:
+# 48 MiB compressed. Bigger tasks belong in their image.
+MAX_PARTS = 64
+BUNDLE_LIMIT_BYTES = PART_BYTES * MAX_PARTS
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -37,8 +45,9 @@ class BundleTooLarge(Exception):
         largest = sorted(files.items(), key=lambda kv: -len(kv[1]))[:3]
         names = ", ".join(f"{path} ({len(data):,} bytes)" for path, data in largest)
         super().__init__(
-            f"the task bundle is {size:,} bytes compressed, more than a ConfigMap can hold "
-            f"({CONFIGMAP_LIMIT_BYTES:,} bytes); largest files: {names}. Leave out what the "
+            f"the task bundle is {size:,} bytes compressed, more than Shipyard stores "
+            f"({BUNDLE_LIMIT_BYTES:,} bytes in {MAX_PARTS} ConfigMaps); largest files: "
+            f"{names}. Leave out what the "
             "trial does not need (.harborignore in tests/ and solution/), or bake large files "
             "into the task's image"
         )
@@ -64,21 +73,24 @@ def _labels(task: str) -> dict[str, str]:
 
 def push_task(namespace: str, name: str, files: dict[str, bytes]) -> PushResult:
     bundle = build_bundle(files)
-    if len(bundle) > CONFIGMAP_LIMIT_BYTES:
+    if len(bundle) > BUNDLE_LIMIT_BYTES:
         raise BundleTooLarge(len(bundle), files)
     cm_name = bundle_configmap_name(name, bundle)
-    configmap = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": cm_name, "namespace": namespace, "labels": _labels(name)},
-        "binaryData": {BUNDLE_KEY: base64.b64encode(bundle).decode()},
-    }
-    try:
-        core().create_namespaced_config_map(namespace, configmap)
-    except ApiException as e:
-        if e.status != 409:  # the same content was pushed before: it is there already
-            raise
-    source = {"configMap": {"name": cm_name}}
+    pieces = split_bundle(bundle)
+    parts = len(pieces) if len(pieces) > 1 else None
+    for part_name, piece in zip(part_names(cm_name, parts), pieces, strict=True):
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": part_name, "namespace": namespace, "labels": _labels(name)},
+            "binaryData": {BUNDLE_KEY: base64.b64encode(piece).decode()},
+        }
+        try:
+            core().create_namespaced_config_map(namespace, configmap)
+        except ApiException as e:
+            if e.status != 409:  # the same content was pushed before: it is there already
+                raise
+    source = {"configMap": {"name": cm_name, **({"parts": parts} if parts else {})}}
     api = custom()
     created = changed = False
     try:
@@ -96,16 +108,18 @@ def push_task(namespace: str, name: str, files: dict[str, bytes]) -> PushResult:
         created = changed = True
     else:
         if task.get("spec", {}).get("source") != source:
-            patch = {"spec": {"source": {"inline": None, "configMap": source["configMap"]}}}
+            patch = {"spec": {"source": {"inline": None, "configMap": {
+                "parts": None, **source["configMap"]}}}}
             task = api.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, "tasks", name, patch, _content_type=MERGE_PATCH
             )
             changed = True
-    _own_and_prune(namespace, name, cm_name, task)
+    _own_and_prune(namespace, name, part_names(cm_name, parts), task)
     return PushResult(task, cm_name, len(bundle), created, changed)
 
 
-def _own_and_prune(namespace: str, task: str, current: str, task_obj: dict[str, Any]) -> None:
+def _own_and_prune(namespace: str, task: str, current: list[str],
+                   task_obj: dict[str, Any]) -> None:
     """The Task owns its bundles (they go when it is deleted); earlier bundles are deleted."""
     owner = {
         "apiVersion": API_VERSION,
@@ -113,12 +127,13 @@ def _own_and_prune(namespace: str, task: str, current: str, task_obj: dict[str, 
         "name": task,
         "uid": task_obj["metadata"]["uid"],
     }
-    core().patch_namespaced_config_map(
-        current, namespace, {"metadata": {"ownerReferences": [owner]}}, _content_type=MERGE_PATCH
-    )
+    for name in current:
+        core().patch_namespaced_config_map(
+            name, namespace, {"metadata": {"ownerReferences": [owner]}},
+            _content_type=MERGE_PATCH)
     selector = selector_string(_selector(task))
     for cm in core().list_namespaced_config_map(namespace, label_selector=selector).items:
-        if cm.metadata.name != current:
+        if cm.metadata.name not in current:
             try:
                 core().delete_namespaced_config_map(cm.metadata.name, namespace)
             except ApiException as e:

@@ -184,6 +184,7 @@ class PodOverrides:
     runtime_class_name: str | None = None
     default_requests: dict[str, str] = field(default_factory=dict)
     """Operator-wide requests (cpu, memory) for pods whose task sets none."""
+    image_pull_secrets: tuple[str, ...] = ()
 
     def under(self, trial: PodOverrides) -> PodOverrides:
         """These operator-wide defaults with a Trial's settings on top: the Trial's node
@@ -196,6 +197,8 @@ class PodOverrides:
             priority_class_name=trial.priority_class_name or self.priority_class_name,
             runtime_class_name=trial.runtime_class_name or self.runtime_class_name,
             default_requests={**self.default_requests, **trial.default_requests},
+            image_pull_secrets=tuple(dict.fromkeys(self.image_pull_secrets
+                                                   + trial.image_pull_secrets)),
         )
 
 
@@ -210,6 +213,7 @@ POD_DEFAULTS_ENV = {
     "runtime_class_name": "SHIPYARD_TRIAL_RUNTIME_CLASS",
     "cpu": "SHIPYARD_TRIAL_DEFAULT_CPU",  # a Kubernetes quantity
     "memory": "SHIPYARD_TRIAL_DEFAULT_MEMORY",
+    "image_pull_secrets": "SHIPYARD_IMAGE_PULL_SECRETS",  # comma separated Secret names
 }
 LOG_LIMIT_ENV = "SHIPYARD_LOG_LIMIT_BYTES"
 DEFAULT_LOG_LIMIT_BYTES = 256 * 1024
@@ -252,6 +256,8 @@ class SchedulingSettings:
             runtime_class_name=environ.get(POD_DEFAULTS_ENV["runtime_class_name"]) or None,
             default_requests={k: environ[POD_DEFAULTS_ENV[k]].strip() for k in ("cpu", "memory")
                               if (environ.get(POD_DEFAULTS_ENV[k]) or "").strip()},
+            image_pull_secrets=tuple(s.strip() for s in environ.get(
+                POD_DEFAULTS_ENV["image_pull_secrets"], "").split(",") if s.strip()),
         )
         values: list[Any] = []
         for name, default in ((UNSCHEDULABLE_GRACE_ENV, cls.unschedulable_grace_sec),

@@ -242,16 +242,19 @@ def phase_id(kind: str, step_index: int | None) -> str:
 def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                network: NetworkSettings | None = None,
                scheduling: SchedulingSettings | None = None,
-               bundle_repository: str | None = None) -> TrialPlan:
+               bundle_repository: str | None = None,
+               images: Mapping[str, str] | None = None) -> TrialPlan:
     """The plan, or PlanError with a reason from the closed set when the trial cannot run.
 
     `environ` serves the task's ${VAR} templates. `network` holds the operator's network
     settings resolved against the cluster (the FQDN backend above all; without it,
     NetworkPolicy enforcement without an FQDN backend) and `scheduling` its scheduling
-    settings (defaults without it)."""
+    settings (defaults without it); `images` the Task's images by role (`status.images`:
+    built or prebuilt), of which the Trial's own `spec.environment.image` wins."""
     config = task.config
     env_config = config.environment
-    image = spec.environment.image or env_config.docker_image
+    images = images or {}
+    image = spec.environment.image or images.get("environment") or env_config.docker_image
     if not image:
         raise PlanError(
             Reason.TASK_INVALID,
@@ -322,7 +325,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             max_timeout=spec.verifier.max_timeout_sec,
             multiplier=spec.verifier_timeout_multiplier or spec.timeout_multiplier,
         )
-        step_plan = _step_plan(task, spec, step, settings, environment, environ)
+        step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
             phases.append(collect_phase(settings.collect, settings.artifacts, step, i))
@@ -349,6 +352,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                               for t in spec.pod.tolerations),
             priority_class_name=spec.pod.priority_class_name,
             runtime_class_name=spec.pod.runtime_class_name,
+            image_pull_secrets=tuple(s.name for s in spec.pod.image_pull_secrets),
         )),
         unschedulable_grace_sec=_unschedulable_grace(
             spec, scheduling or SchedulingSettings(),
@@ -453,14 +457,17 @@ def _resolved(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, s
 
 
 def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: StepSettings,
-               environment: PodPlan, environ: Mapping[str, str]) -> StepPlan:
+               environment: PodPlan, environ: Mapping[str, str],
+               images: Mapping[str, str]) -> StepPlan:
     min_reward = settings.min_reward
     if settings.verifier_mode == "shared":
         return StepPlan(step, "shared", min_reward, None)
     verifier = task.verifier_environment(step)
     assert verifier is not None
-    image = verifier.config.docker_image
     where = f"steps/{step}/tests" if step else "tests"
+    role = "verifier" if verifier.context_dir == "tests/" else f"verifier.{step}"
+    image = images.get(role) if verifier.context_dir != "environment/" else None
+    image = image or verifier.config.docker_image
     if image is None:
         if verifier.context_dir != "environment/":
             raise PlanError(

@@ -13,6 +13,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED | `trial_ttl_seconds` |
 | SHIPYARD_AGENT_BUNDLE_REPOSITORY | `agent_bundle_repository` |
 | SHIPYARD_THREADS | `threads` |
+| SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
 TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
@@ -26,6 +27,7 @@ from fnmatch import fnmatchcase
 
 from shipyard.plan.accelerators import SchedulingSettings
 from shipyard.plan.agents import BUNDLE_REPOSITORY_ENV
+from shipyard.plan.images import ImageSettingError, ImageSettings
 from shipyard.plan.network import NetworkConfig, NetworkSettingError
 
 TASK_WAIT_ENV = "SHIPYARD_TASK_WAIT_SEC"
@@ -84,6 +86,10 @@ class OperatorSettings:
     agent_bundle_repository: str | None = None
     """Where installed agents' bundle images are (None: the local cluster's own)."""
     threads: int = THREADS
+    images: ImageSettings = field(default_factory=ImageSettings)
+    images_error: str | None = None
+    """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
+    and their trials fail; prebuilt images still run."""
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -98,7 +104,13 @@ class OperatorSettings:
             network = NetworkConfig.from_env(environ)
         except NetworkSettingError as e:
             network, errors = NetworkConfig(), [*errors, str(e)]
+        try:
+            images, images_error = ImageSettings.from_env(environ), None
+        except ImageSettingError as e:
+            images, images_error = ImageSettings(), str(e)
         return cls(
+            images=images,
+            images_error=images_error,
             scheduling=scheduling,
             network=network,
             task_wait_sec=_seconds(environ, TASK_WAIT_ENV, TASK_WAIT_SEC),

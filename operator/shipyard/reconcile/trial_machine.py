@@ -259,6 +259,18 @@ def waiting_for_task(status: TrialStatus, message: str, deadline: datetime,
     return status, Outcome(events=[] if noted else [("Normal", Reason.WAITING_FOR_TASK, text)])
 
 
+def waiting_for_image(status: TrialStatus, message: str,
+                      now: datetime) -> tuple[TrialStatus, Outcome]:
+    """Pending while the Task's images are being built (one build for all its trials)."""
+    status = status.model_copy(deep=True)
+    noted = any(c.type == "Running" and c.reason == Reason.WAITING_FOR_IMAGE
+                and c.message == message for c in status.conditions)
+    if noted:
+        return status, Outcome()
+    _set_condition(status, "Running", "False", Reason.WAITING_FOR_IMAGE, message, now)
+    return status, Outcome(events=[("Normal", Reason.WAITING_FOR_IMAGE, message)])
+
+
 def stoppable_phase(status: TrialStatus) -> str | None:
     """The phase to stop in its pod when the trial is cancelled: the launched, running one."""
     rec = current_record(status)

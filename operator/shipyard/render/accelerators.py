@@ -73,6 +73,8 @@ def scheduling_fields(accelerators: Accelerators, overrides: PodOverrides = NO_O
         fields["priorityClassName"] = overrides.priority_class_name
     if overrides.runtime_class_name:
         fields["runtimeClassName"] = overrides.runtime_class_name
+    if overrides.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": n} for n in overrides.image_pull_secrets]
     return fields
 
 

@@ -145,6 +145,14 @@ def test_trial_view_and_waiting_note_say_why_nothing_runs():
     assert "Task ns/t not found; waiting until" in console.export_text()
 
 
+def test_waiting_for_the_tasks_image_is_shown():
+    waiting = {"type": "Running", "status": "False", "reason": "WaitingForImage",
+               "message": "waiting for the task's images: waiting for environment (Building: "
+                          "r/p/t:abc)"}
+    pending = trial(phase="Pending", reward=None, conditions=[waiting])
+    assert waiting_note(pending["status"]) == waiting["message"]
+
+
 def test_trial_body():
     body = trial_body("hello", "command", name=None, command="echo hi", env={"A": "1"},
                       image="img:1", pull_policy="Never", keep_pods=True, timeout_multiplier=2)

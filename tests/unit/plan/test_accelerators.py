@@ -104,3 +104,17 @@ def test_operator_pod_defaults_sit_under_the_trial_settings() -> None:
     assert plan(BASE, empty).pod_overrides == PodOverrides()
     with pytest.raises(ValueError, match="SHIPYARD_TRIAL_NODE_SELECTOR"):
         plan(BASE, {"SHIPYARD_TRIAL_NODE_SELECTOR": '["x"]'})
+
+
+def test_image_pull_secrets_from_the_operator_and_the_trial() -> None:
+    from shipyard.render.accelerators import scheduling_fields
+
+    environ = {"SHIPYARD_IMAGE_PULL_SECRETS": "registry-a, shared"}
+    o = plan(BASE, environ, pod={"imagePullSecrets": [{"name": "mine"}, {"name": "shared"}]}
+             ).pod_overrides
+    assert o.image_pull_secrets == ("registry-a", "shared", "mine")
+    fields = scheduling_fields(plan(BASE, {}).environment.accelerators, o)
+    assert fields["imagePullSecrets"] == [{"name": "registry-a"}, {"name": "shared"},
+                                          {"name": "mine"}]
+    assert "imagePullSecrets" not in scheduling_fields(
+        plan(BASE, {}).environment.accelerators, plan(BASE, {}).pod_overrides)

@@ -1,0 +1,300 @@
+"""A real image registry and a real BuildKit daemon for the local cluster, so that tasks with only
+a Dockerfile build in the cluster (Shipyard's `ImageBuild` Jobs run `buildctl` against them).
+
+Both run as host processes, like containerd, rather than as pods: buildkitd must be privileged and
+must reach the registry on the host's loopback (where the kubelet pulls from, over plain HTTP with
+no containerd change) and the Debian archive and PyPI for `RUN` steps; as host processes they need
+no image of their own, are up before any test namespace, and `down` stops them by pid with the
+rest. The chart ships buildkitd as a Deployment + Service for real clusters instead.
+
+- `registry` (CNCF distribution v3) on 127.0.0.1:5055, storage in the cache (kept across `down`);
+- `buildkitd` (v0.34.2, OCI worker, host network) on a unix socket and tcp 127.0.0.1:1234, with
+  mirrors so that `FROM python:3.12-slim` or `ghcr.io/...` resolve to the local registry;
+- the builder image `localhost/shipyard/buildctl:<version>` (busybox + buildctl) for build Jobs.
+
+Both binaries come from the Go module proxy through the small wrapper modules in ./buildkit and
+./registry (buildkit's go.mod has an `exclude` block, which `go install pkg@version` refuses).
+
+**Base images are stand-ins** (a test convenience, not a product feature): the registry is seeded
+at `up` with Debian bookworm images under the paths of common bases (`library/debian:bookworm`,
+`library/ubuntu:24.04`, `library/python:3.12-slim`, ...). Each carries the label
+`dev.shipyard.stand-in`; the python ones are Debian's python3 (3.11) with `python`/`pip` links.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from images import Image, _busybox_rootfs, build_archive, ensure_imported
+from kuberouter import BuildError
+from layout import HERE, IMAGE_DEBIAN, Layout
+
+BUILDKIT_VERSION = "v0.34.2"  # keep in step with buildkit/go.mod
+REGISTRY_VERSION = "v3.1.2"  # keep in step with registry/go.mod
+REGISTRY_PORT = 5055
+REGISTRY = f"127.0.0.1:{REGISTRY_PORT}"
+BUILDKIT_PORT = 1234
+BUILDKIT_ADDR = f"tcp://127.0.0.1:{BUILDKIT_PORT}"
+IMAGE_BUILDCTL = f"localhost/shipyard/buildctl:{BUILDKIT_VERSION}"
+# Path-preserving mirrors: docker.io/library/x -> REGISTRY/library/x, ghcr.io/o/x ->
+# REGISTRY/ghcr.io/o/x (the operator and the chart use the same map).
+MIRRORS = {
+    "docker.io": REGISTRY,
+    "ghcr.io": f"{REGISTRY}/ghcr.io",
+    "quay.io": f"{REGISTRY}/quay.io",
+    "gcr.io": f"{REGISTRY}/gcr.io",
+}
+STAND_IN_LABEL = "dev.shipyard.stand-in"
+BASE_REPO = f"{REGISTRY}/shipyard/debian-base:bookworm"
+# The host's trust store goes into the stand-ins, so that RUN steps reach PyPI and HTTPS hosts
+# from behind the same TLS-intercepting proxy as the host (as on this project's machines).
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
+_TRUST = ("COPY host-ca/ /usr/local/share/ca-certificates/\n"
+          "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n")
+# name -> (Dockerfile, tags): built with the local buildkitd at `up` when missing.
+STAND_INS = {
+    "debian": (
+        f"FROM {BASE_REPO}\n" + _TRUST +
+        f'LABEL {STAND_IN_LABEL}="Debian bookworm minbase (bash, coreutils, tar, python3, '
+        'procps): a local test stand-in, not the upstream image"\n',
+        ["library/debian:bookworm", "library/debian:bookworm-slim", "library/debian:12",
+         "library/debian:12-slim", "library/ubuntu:24.04", "library/ubuntu:22.04",
+         "library/ubuntu:latest", "library/debian:latest"],
+    ),
+    "python": (
+        f"FROM {BASE_REPO}\n" + _TRUST +
+        "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends python3-pip python3-venv ca-certificates >/dev/null "
+        "&& rm -rf /var/lib/apt/lists/* "
+        "&& ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 "
+        "/usr/local/bin/pip\n"
+        "ENV PIP_BREAK_SYSTEM_PACKAGES=1\n"
+        f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s python3 (3.11), pip and venv: '
+        'a local test stand-in, not the upstream python image"\n',
+        [f"library/python:{v}" for v in ("3.11-slim", "3.12-slim", "3.13-slim", "3.11", "3.12",
+                                          "3.13", "3.11-slim-bookworm", "3.12-slim-bookworm",
+                                          "3.13-slim-bookworm")],
+    ),
+}
+
+
+def buildkit_dir(layout: Layout) -> Path:
+    return layout.cache / f"buildkit-{BUILDKIT_VERSION}"
+
+
+def registry_dir(layout: Layout) -> Path:
+    return layout.cache / f"registry-{REGISTRY_VERSION}"
+
+
+def registry_storage(layout: Layout) -> Path:
+    """Seeds and built images: kept across `down` (a cache, like the image archives)."""
+    return layout.cache / "registry-data"
+
+
+def _go_build(module: str, out: Path, packages: list[str], ldflags: str) -> None:
+    if shutil.which("go") is None:
+        raise BuildError(f"Go is needed to build {module} and is not on PATH")
+    partial = out.with_name(out.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    result = subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{partial}/", *packages],
+        cwd=HERE / module, env=env, capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise BuildError(f"building {module} failed:\n{result.stderr[-3000:]}")
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+
+
+def ensure_binaries(layout: Layout) -> None:
+    """buildctl, buildkitd and registry, once per version. Cold, the two builds run in parallel
+    (about 2.5 min on 2 cores with downloads); warm, nothing happens."""
+    jobs = []
+    if not (buildkit_dir(layout) / "buildkitd").exists():
+        jobs.append(("buildkit", buildkit_dir(layout),
+                     ["github.com/moby/buildkit/cmd/buildctl",
+                      "github.com/moby/buildkit/cmd/buildkitd"],
+                     f"-s -w -X github.com/moby/buildkit/version.Version={BUILDKIT_VERSION}"))
+    if not (registry_dir(layout) / "registry").exists():
+        jobs.append(("registry", registry_dir(layout),
+                     ["github.com/distribution/distribution/v3/cmd/registry"], "-s -w"))
+    errors: list[BaseException] = []
+
+    def run(job) -> None:
+        try:
+            _go_build(*job)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def registry_config(layout: Layout) -> Path:
+    return layout.state / "registry.yml"
+
+
+def buildkitd_config(layout: Layout) -> Path:
+    return layout.state / "buildkitd.toml"
+
+
+def buildkit_sock(layout: Layout) -> Path:
+    return layout.run / "buildkitd.sock"
+
+
+def write_configs(layout: Layout) -> None:
+    registry_config(layout).write_text(
+        "version: 0.1\n"
+        "log: {level: warn}\n"
+        f"storage:\n  filesystem: {{rootdirectory: {registry_storage(layout)}}}\n"
+        "  delete: {enabled: true}\n"
+        f"http: {{addr: '{REGISTRY}'}}\n"
+    )
+    mirrors = "".join(
+        f'[registry."{host}"]\n  mirrors = ["{mirror}"]\n' for host, mirror in MIRRORS.items()
+    )
+    buildkitd_config(layout).write_text(
+        f'root = "{layout.state / "buildkit"}"\n'
+        "[grpc]\n"
+        f'  address = ["unix://{buildkit_sock(layout)}", "{BUILDKIT_ADDR}"]\n'
+        "[worker.oci]\n  enabled = true\n  gc = true\n  gckeepstorage = 10000\n"
+        '  networkMode = "host"\n'
+        "[worker.containerd]\n  enabled = false\n"
+        f'[registry."{REGISTRY}"]\n  http = true\n  insecure = true\n'
+        + mirrors
+    )
+
+
+def registry_argv(layout: Layout) -> list[str]:
+    return [str(registry_dir(layout) / "registry"), "serve", str(registry_config(layout))]
+
+
+def buildkitd_argv(layout: Layout) -> list[str]:
+    return [str(buildkit_dir(layout) / "buildkitd"), "--config", str(buildkitd_config(layout))]
+
+
+def buildctl(layout: Layout) -> str:
+    return str(buildkit_dir(layout) / "buildctl")
+
+
+# ---------------------------------------------------------------- health
+
+
+def registry_healthy() -> bool:
+    with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=2) as resp:
+        return resp.status == 200
+
+
+def buildkitd_healthy(layout: Layout) -> bool:
+    result = subprocess.run(
+        [buildctl(layout), "--addr", f"unix://{buildkit_sock(layout)}", "debug", "workers"],
+        capture_output=True, timeout=10,
+    )
+    return result.returncode == 0
+
+
+def manifest_exists(ref: str) -> bool:
+    """HEAD on the manifest of `repo:tag` in the local registry."""
+    repo, tag = ref.rsplit(":", 1)
+    request = urllib.request.Request(
+        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json, "
+                           "application/vnd.oci.image.manifest.v1+json, "
+                           "application/vnd.docker.distribution.manifest.v2+json, "
+                           "application/vnd.docker.distribution.manifest.list.v2+json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status == 200
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return False
+        raise
+
+
+# ---------------------------------------------------------------- seeds and the builder image
+
+
+def _buildctl_rootfs(layout: Layout, root: Path) -> None:
+    _busybox_rootfs(layout, root)
+    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(buildkit_dir(layout) / "buildctl", root / "usr" / "bin" / "buildctl")
+
+
+BUILDCTL_IMAGE = Image(IMAGE_BUILDCTL, f"buildctl-{BUILDKIT_VERSION}.tar", _buildctl_rootfs,
+                       ("/bin/sh",))
+
+
+def ensure_builder_image(layout: Layout) -> None:
+    ensure_imported(layout, BUILDCTL_IMAGE)
+
+
+def ensure_seeds(layout: Layout) -> list[str]:
+    """Push the Debian base and build the stand-ins that are missing; the names pushed."""
+    pushed = []
+    if not manifest_exists(BASE_REPO.split("/", 1)[1]):
+        debian = next(i for i in _images() if i.tag == IMAGE_DEBIAN)
+        archive = build_archive(layout, debian)
+        subprocess.run(
+            ["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+             f"docker-archive:{archive}", f"docker://{BASE_REPO}"],
+            check=True, capture_output=True, text=True,
+        )
+        pushed.append(BASE_REPO)
+    trust = HOST_CA_BUNDLE.read_bytes() if HOST_CA_BUNDLE.exists() else b""
+    extra = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    for name, (dockerfile, tags) in STAND_INS.items():
+        # A marker tag per content: a changed Dockerfile or host trust store rebuilds.
+        content = hashlib.sha256(dockerfile.encode() + trust + b"".join(
+            p.read_bytes() for p in extra)).hexdigest()[:12]
+        tags = [*tags, f"shipyard/stand-ins:{name}-{content}"]
+        if all(manifest_exists(t) for t in tags):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "Dockerfile").write_text(dockerfile)
+            Path(tmp, "ca-certificates.crt").write_bytes(trust)
+            Path(tmp, "host-ca").mkdir()
+            for cert in extra:
+                shutil.copy2(cert, Path(tmp, "host-ca", cert.name))
+            names = ",".join(f"{REGISTRY}/{t}" for t in tags)
+            result = subprocess.run(
+                [buildctl(layout), "--addr", f"unix://{buildkit_sock(layout)}", "build",
+                 "--frontend", "dockerfile.v0", "--local", f"context={tmp}",
+                 "--local", f"dockerfile={tmp}",
+                 "--output", f'type=image,"name={names}",push=true,registry.insecure=true'],
+                capture_output=True, text=True,
+            )
+            if result.returncode != 0:
+                raise BuildError(f"building the {name} stand-in images failed:\n"
+                                 f"{result.stderr[-3000:]}")
+        pushed += tags
+    return pushed
+
+
+def _images() -> list[Image]:
+    from images import IMAGES
+
+    return IMAGES
+
+
+def describe() -> str:
+    return json.dumps({"registry": REGISTRY, "buildkit": BUILDKIT_ADDR, "mirrors": MIRRORS})

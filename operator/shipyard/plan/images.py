@@ -1,0 +1,270 @@
+"""Which images a task needs, where they come from, and whether its trials may start (pure).
+
+A task's environment is a prebuilt `docker_image`, or built from `environment/Dockerfile`; a
+separate verifier may be built from `tests/Dockerfile` or `steps/<step>/tests/Dockerfile`. Built
+images are tagged as Harbor's GKE environment tags them, `<registry>/<task>:<environment_id>`
+(Harbor's content hash), and built once per hash by an `ImageBuild` named from the hash, so
+identical contexts share one build. Roles: `environment`, `verifier`, `verifier.<step>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shipyard.api.models import (
+    IMAGES_READY,
+    Condition,
+    ImageBuildStatus,
+    ImageStatus,
+)
+from shipyard.api.reasons import Reason
+from shipyard.taskformat import LoadedTask
+from shipyard.taskformat.content_hash import environment_content_hash
+
+ROLE_ENVIRONMENT = "environment"
+ROLE_VERIFIER = "verifier"
+DOCKERFILE = "Dockerfile"
+COMPOSE_FILE = "docker-compose.yaml"
+Backend = Literal["buildkit", "none"]
+
+# ImagesReady=False reasons. Building/Pending/RegistryUnavailable wait; the rest are final.
+WAITING_REASONS = (Reason.BUILDING, "Pending", Reason.REGISTRY_UNAVAILABLE)
+FAILED_REASONS = (Reason.IMAGE_BUILD_FAILED, Reason.BUILD_TIMEOUT)
+
+
+class ImageSettingError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """The operator's image-build settings (chart values `builds.*`, env SHIPYARD_BUILD_*)."""
+
+    backend: Backend = "none"
+    registry: str | None = None
+    """Repository prefix built images are pushed under, e.g. `127.0.0.1:5055/shipyard` or
+    `us-central1-docker.pkg.dev/PROJECT/REPO`."""
+    insecure_registry: bool = False  # plain HTTP (the local cluster's registry)
+    buildkit_addr: str = "tcp://buildkitd:1234"
+    builder_image: str = "moby/buildkit:v0.34.2"
+    host_network: bool = False  # build Jobs on the host network (the local cluster)
+    push_secret: str | None = None  # a dockerconfigjson Secret in the Task's namespace
+    service_account: str | None = None  # the build Jobs' (e.g. Workload Identity) account
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ImageSettings:
+        backend = environ.get("SHIPYARD_BUILD_BACKEND", "").strip() or "none"
+        if backend not in ("buildkit", "none"):
+            raise ImageSettingError(
+                f"SHIPYARD_BUILD_BACKEND={backend!r}: use buildkit or none")
+        registry = environ.get("SHIPYARD_BUILD_REGISTRY", "").strip().rstrip("/") or None
+        if backend == "buildkit" and not registry:
+            raise ImageSettingError("SHIPYARD_BUILD_REGISTRY: the buildkit backend needs a "
+                                    "registry to push built images to")
+        selector = {}
+        for item in environ.get("SHIPYARD_BUILD_NODE_SELECTOR", "").split(","):
+            if "=" in item:
+                key, value = item.split("=", 1)
+                selector[key.strip()] = value.strip()
+        defaults = cls()
+        return cls(
+            backend=backend,  # type: ignore[arg-type]
+            registry=registry,
+            insecure_registry=_flag(environ.get("SHIPYARD_BUILD_REGISTRY_INSECURE")),
+            buildkit_addr=environ.get("SHIPYARD_BUILDKIT_ADDR") or defaults.buildkit_addr,
+            builder_image=environ.get("SHIPYARD_BUILDER_IMAGE") or defaults.builder_image,
+            host_network=_flag(environ.get("SHIPYARD_BUILD_HOST_NETWORK")),
+            push_secret=environ.get("SHIPYARD_BUILD_PUSH_SECRET") or None,
+            service_account=environ.get("SHIPYARD_BUILD_SERVICE_ACCOUNT") or None,
+            node_selector=selector,
+        )
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class ImageNeed:
+    role: str
+    context_dir: str  # "environment/", "tests/", "steps/<s>/tests/"
+    ref: str
+    context_hash: str | None = None
+    build: bool = False  # False: a prebuilt image
+    timeout_sec: float = 600.0
+
+    @property
+    def build_name(self) -> str:
+        """The ImageBuild's name: one per context hash (a DNS label)."""
+        assert self.context_hash is not None
+        return f"build-{self.context_hash[:24]}"
+
+    @property
+    def cache_ref(self) -> str:
+        return f"{self.ref.rsplit(':', 1)[0]}:buildcache"
+
+
+class ImagesUnavailable(Exception):
+    """The task's images cannot be had: reason (closed set) and message, for ImagesReady."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def repository_name(task_name: str) -> str:
+    """Harbor's `environment_name` (the short task name) as a valid repository component."""
+    short = task_name.split("/")[-1].lower()
+    cleaned = re.sub(r"[^a-z0-9._-]+", "-", short).strip("-._") or "task"
+    return cleaned[:128]
+
+
+def image_needs(task: LoadedTask, settings: ImageSettings,
+                force_build: bool = False) -> list[ImageNeed]:
+    """The task's images by role. ImagesUnavailable when a Dockerfile must be built and no
+    builder is configured, or a context cannot be built (docker-compose)."""
+    config = task.config
+    environment = _need(task, ROLE_ENVIRONMENT, "environment/",
+                        config.environment.docker_image, config.environment.build_timeout_sec,
+                        settings, force_build)
+    needs = [environment] if environment is not None else []
+    steps: list[str | None] = list(task.step_names()) if task.is_multi_step else [None]
+    roles = {n.role for n in needs}
+    for step in steps:
+        verifier = task.verifier_environment(step)
+        if verifier is None or verifier.context_dir == "environment/":
+            continue  # shared, or a copy of the environment's image
+        role = ROLE_VERIFIER if verifier.context_dir == "tests/" else f"{ROLE_VERIFIER}.{step}"
+        if role in roles:
+            continue
+        roles.add(role)
+        need = _need(task, role, verifier.context_dir, verifier.config.docker_image,
+                     verifier.config.build_timeout_sec, settings, force_build)
+        if need is not None:
+            needs.append(need)
+    return needs
+
+
+def _need(task: LoadedTask, role: str, context_dir: str, docker_image: str | None,
+          timeout_sec: float, settings: ImageSettings, force_build: bool) -> ImageNeed | None:
+    files = task.tree(context_dir)
+    has_dockerfile = DOCKERFILE in files
+    if docker_image and not (force_build and has_dockerfile):
+        return ImageNeed(role, context_dir, docker_image)
+    if not has_dockerfile:
+        if COMPOSE_FILE in files:
+            raise ImagesUnavailable(
+                Reason.IMAGE_BUILD_UNSUPPORTED,
+                f"{context_dir}{COMPOSE_FILE}: docker-compose environments cannot run on "
+                "Kubernetes; give the task a Dockerfile or a docker_image")
+        return None  # nothing to build: the environment's image serves (lint checks the rest)
+    if settings.backend == "none" or not settings.registry:
+        what = ("[environment].docker_image" if role == ROLE_ENVIRONMENT
+                else "[verifier.environment].docker_image")
+        raise ImagesUnavailable(
+            Reason.NO_IMAGE_BUILDER,
+            f"{context_dir}{DOCKERFILE}: this operator has no image builder (builds.backend "
+            f"is none), so images cannot be built from a Dockerfile: build and push the image, "
+            f"then set {what}")
+    digest = environment_content_hash(files, dir_name=context_dir.rstrip("/").split("/")[-1],
+                                      docker_image=docker_image)
+    ref = f"{settings.registry}/{repository_name(task.name)}:{digest}"
+    return ImageNeed(role, context_dir, ref, digest, True, timeout_sec)
+
+
+# ---------------------------------------------------------------- the Task's images status
+
+
+def images_status(needs: list[ImageNeed], builds: Mapping[str, ImageBuildStatus | None],
+                  refs: Mapping[str, str], now: str, generation: int | None,
+                  ) -> tuple[dict[str, ImageStatus], Condition]:
+    """`status.images` and the ImagesReady condition from the ImageBuilds' statuses (`builds`:
+    name → status, None when not seen yet; `refs`: name → the ImageBuild's ref, which an
+    adopted build from another Task may have chosen)."""
+    images: dict[str, ImageStatus] = {}
+    waiting: list[str] = []
+    failed: list[tuple[str, str, str]] = []
+    for need in needs:
+        if not need.build:
+            images[need.role] = ImageStatus(ref=need.ref, source="prebuilt")
+            continue
+        build = builds.get(need.build_name)
+        ref = refs.get(need.build_name, need.ref)
+        image = ImageStatus(ref=ref, context_hash=need.context_hash, build=need.build_name)
+        if build is not None and build.phase == "Succeeded":
+            image.digest, image.source = build.digest, build.source
+        elif build is not None and build.phase == "Failed":
+            failed.append((need.role, build.reason or Reason.IMAGE_BUILD_FAILED,
+                           build.message or ""))
+        else:
+            reason = (build.reason if build is not None and build.reason in WAITING_REASONS
+                      else Reason.BUILDING)
+            waiting.append(f"{need.role} ({reason}: {ref})")
+        images[need.role] = image
+    if failed:
+        role, reason, message = failed[0]
+        condition = Condition(type=IMAGES_READY, status="False", reason=reason,
+                              message=f"{role} image: {message}")
+    elif waiting:
+        unavailable = any(Reason.REGISTRY_UNAVAILABLE in w for w in waiting)
+        condition = Condition(type=IMAGES_READY, status="False",
+                              reason=(Reason.REGISTRY_UNAVAILABLE if unavailable
+                                      else Reason.BUILDING),
+                              message="waiting for " + ", ".join(waiting))
+    else:
+        condition = Condition(type=IMAGES_READY, status="True", reason="Ready",
+                              message=", ".join(f"{r}: {i.ref} ({i.source})"
+                                                for r, i in images.items()))
+    condition.last_transition_time = now
+    condition.observed_generation = generation
+    return images, condition
+
+
+def unavailable_condition(error: ImagesUnavailable, now: str,
+                          generation: int | None) -> Condition:
+    return Condition(type=IMAGES_READY, status="False", reason=error.reason,
+                     message=error.message, last_transition_time=now,
+                     observed_generation=generation)
+
+
+# ---------------------------------------------------------------- a Trial's view
+
+
+@dataclass(frozen=True)
+class ImagesReady:
+    refs: dict[str, str]  # role → ref
+
+
+@dataclass(frozen=True)
+class ImagesWait:
+    message: str
+
+
+@dataclass(frozen=True)
+class ImagesFailed:
+    reason: str  # a Trial failure reason: ImageBuildFailed or TaskInvalid
+    message: str
+
+
+def trial_images(needs: list[ImageNeed], builds: Mapping[str, ImageBuildStatus | None],
+                 refs: Mapping[str, str], environment_override: bool = False
+                 ) -> ImagesReady | ImagesWait | ImagesFailed:
+    """What a trial does about its Task's images, from the ImageBuilds themselves (the source
+    of truth; the Task's status.images is their summary for people): run with them, wait, or
+    fail (never retried: a broken Dockerfile stays broken). A trial that sets its own
+    environment image (`environment_override`) waits only for verifier builds."""
+    if environment_override:
+        needs = [n for n in needs if n.role != ROLE_ENVIRONMENT]
+    images, cond = images_status(needs, builds, refs, "", None)
+    ready = {role: image.ref for role, image in images.items()}
+    if cond.status == "True":
+        return ImagesReady(ready)
+    if cond.reason in FAILED_REASONS:
+        return ImagesFailed(Reason.IMAGE_BUILD_FAILED, f"the task's image build failed "
+                                                f"({cond.reason}): {cond.message}")
+    return ImagesWait(f"waiting for the task's images: {cond.message}")

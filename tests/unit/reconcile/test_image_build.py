@@ -1,0 +1,86 @@
+"""The ImageBuild state machine (reconcile.image_build)."""
+
+from __future__ import annotations
+
+from shipyard.api.models import ImageBuildSpec, ImageBuildStatus
+from shipyard.reconcile.image_build import (
+    JobObservation,
+    is_terminal,
+    last_lines,
+    observe_job,
+    on_job,
+    on_job_created,
+    on_probe,
+    registry_unavailable,
+)
+
+SPEC = ImageBuildSpec(ref="r/p/t:h", context_hash="h", context_config_map="c", timeout_sec=30)
+
+
+def test_registry_hit_is_cached_without_a_build():
+    status = on_probe(ImageBuildStatus(), "sha256:aa", "t1")
+    assert (status.phase, status.source, status.digest) == ("Succeeded", "cached", "sha256:aa")
+    assert on_probe(ImageBuildStatus(), None, "t1") == ImageBuildStatus()
+
+
+def test_build_job_success_and_failures():
+    building = on_job_created(ImageBuildStatus(), "job", "t1")
+    assert (building.phase, building.job_name, building.started_at) == ("Building", "job", "t1")
+    assert on_job(building, SPEC, JobObservation("active"), None, "t2") == building
+    done = on_job(building, SPEC, JobObservation("succeeded"), "sha256:bb", "t2")
+    assert (done.phase, done.source, done.digest) == ("Succeeded", "built", "sha256:bb")
+    failed = on_job(building, SPEC, JobObservation("failed", "BackoffLimitExceeded",
+                                                   "#6 boom\nerror: exit code: 3\n"), None, "t2")
+    assert failed.reason == "ImageBuildFailed" and "exit code: 3" in failed.message
+    late = on_job(building, SPEC, JobObservation("failed", "DeadlineExceeded", ""), None, "t2")
+    assert late.reason == "BuildTimeout" and "build_timeout_sec (30s)" in late.message
+    assert is_terminal(done) and is_terminal(failed) and not is_terminal(building)
+
+
+def test_registry_unavailable_waits():
+    status = registry_unavailable(ImageBuildStatus(), "connection refused")
+    assert (status.phase, status.reason) == ("Pending", "RegistryUnavailable")
+    assert "connection refused" in status.message
+
+
+def test_observe_job_reads_conditions_and_the_termination_message():
+    assert observe_job(None, []).state == "missing"
+    assert observe_job({"status": {}}, []).state == "active"
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True",
+                                      "reason": "DeadlineExceeded"}]}}
+    pod = {"status": {"containerStatuses": [
+        {"state": {"terminated": {"exitCode": 1, "message": "last words"}}}]}}
+    seen = observe_job(job, [pod])
+    assert (seen.state, seen.reason, seen.log_tail) == ("failed", "DeadlineExceeded",
+                                                        "last words")
+    ok = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert observe_job(ok, []).state == "succeeded"
+
+
+def test_last_lines_keeps_the_tail():
+    text = "\n".join(f"line {i}" for i in range(40)) + "\n\n"
+    tail = last_lines(text)
+    assert tail.splitlines()[-1] == "line 39" and "line 27" not in tail
+
+
+def test_the_build_containers_exit_decides_before_the_job_controller():
+    from datetime import UTC, datetime
+
+    job = {"spec": {"activeDeadlineSeconds": 30},
+           "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}}
+
+    def pod(code: int, message: str = "") -> dict:
+        return {"status": {"containerStatuses": [{"name": "buildctl", "state": {
+            "terminated": {"exitCode": code, "message": message}}}]}}
+
+    early = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+    late = datetime(2026, 1, 1, 0, 0, 31, tzinfo=UTC)
+    assert observe_job(job, [pod(0)], early).state == "succeeded"
+    failed = observe_job(job, [pod(1, "error: exit code: 3")], early)
+    assert (failed.state, failed.log_tail) == ("failed", "error: exit code: 3")
+    assert on_job(ImageBuildStatus(phase="Building"), SPEC, failed, None, "t").reason == \
+        "ImageBuildFailed"
+    assert observe_job(job, [pod(143)], late).reason == "DeadlineExceeded"
+    running = {"status": {"containerStatuses": [{"name": "buildctl",
+                                                 "state": {"running": {}}}]}}
+    assert observe_job(job, [running], early).state == "active"
