@@ -160,7 +160,10 @@ def test_the_apiserver_is_unreachable_from_a_public_trial(shipyard):
         return (f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), "
                 f"timeout=3)\" 2>/dev/null && echo 'reached {host}:{port}' "
                 f"|| echo 'blocked {host}:{port}'")
-    command = ("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &\nsleep 1\n"
+    # the control server may take a while to listen on a loaded node: wait for it (≤ 20 s)
+    wait_control = ("for i in $(seq 40); do python3 -c \"import socket; socket.create_connection("
+                    "('127.0.0.1', 8765), timeout=1)\" 2>/dev/null && break; sleep 0.5; done\n")
+    command = ("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &\n" + wait_control
                + "\n".join(probe(*t) for t in [control, *targets]))
     shipyard.task("noapi", task_files("echo 1 > /logs/verifier/reward.txt\n"))
     shipyard.trial("noapi-cmd", "noapi", {"name": "command", "command": command})

@@ -281,9 +281,21 @@ def test_long_trial_names_are_under_their_policies(shipyard, target, namespace, 
         policies = [p for p in net.list_namespaced_network_policy(namespace).items
                     if p.metadata.owner_references
                     and p.metadata.owner_references[0].name == name]
-        assert len(policies) == (1 if mode == "offline" else 2)
+        assert len(pod.metadata.labels["shipyard.dev/trial"]) <= 63
+        if mode == "public":
+            # public throughout: no policy of its own, the namespace's shared baseline selects
+            # every pod with a trial label and lets those labelled public out
+            assert policies == []
+            assert pod.metadata.labels["shipyard.dev/network"] == "public"
+            shared = {p.metadata.name: p
+                      for p in net.list_namespaced_network_policy(namespace).items}
+            deny = shared["shipyard-trial-pods-deny"].spec.pod_selector.match_expressions
+            assert [(e.key, e.operator) for e in deny] == [("shipyard.dev/trial", "Exists")]
+            allow = shared["shipyard-trial-pods-public"].spec.pod_selector.match_labels
+            assert allow == {"shipyard.dev/network": "public"}
+            continue
+        assert len(policies) == 1  # the trial's deny-all (no-network allows nothing)
         for policy in policies:
             selector = policy.spec.pod_selector.match_labels
-            assert len(selector["shipyard.dev/trial"]) <= 63
             # the trial label: the same shortened value on the pod and in every selector
             assert selector["shipyard.dev/trial"] == pod.metadata.labels["shipyard.dev/trial"]
