@@ -353,7 +353,9 @@ def test_docker_image_is_used_prebuilt_and_the_trials_image_wins(shipyard, batch
     for name in ("prebuilt-oracle", "overridden-oracle"):
         status = shipyard.wait(name, timeout=180)["status"]
         assert status.get("reward") == 1.0, (name, status)
-        created = [e.message for e in shipyard.events(name) if e.reason == "PodCreated"]
+        # the environment pod's creation is in the trial's first Event, Started
+        created = [e.message for e in shipyard.events(name)
+                   if e.reason in ("Started", "PodCreated")]
         assert created and "localhost/shipyard/debian:bookworm" in created[0]
     task = wait_images(shipyard, "prebuilt")
     cond = condition(task, "ImagesReady")
