@@ -18,7 +18,7 @@ from shipyard.api.conventions import condition, object_conditions
 
 # How long a Task may stay unvalidated, or a new Trial without status, before the CLI says that
 # no operator serves the namespace (`--operator-grace`, SHIPYARD_OPERATOR_GRACE).
-DEFAULT_OPERATOR_GRACE = 15.0
+DEFAULT_OPERATOR_GRACE = 12.0
 # How long `run --watch` and `watch` follow a trial by default (`--timeout`, 0 = no limit). The
 # operator enforces every phase's own timeout; this bounds a client that would otherwise wait
 # on a stuck cluster.
