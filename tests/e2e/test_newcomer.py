@@ -175,6 +175,7 @@ def test_readme_block_is_what_a_newcomer_runs():
     ]
 
 
+@pytest.mark.timeout(960)
 def test_readme_helm_commands_verbatim_reach_a_reward(cluster, crds, core_v1, tmp_path):
     """The block runs as written in bash from the repository root, with the local cluster's
     kubectl and the CLI on PATH and a kubeconfig whose current namespace is a fresh one (the
