@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_NAMESPACE_PREFIX
+from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
 from tests.e2e.conftest import ROOT, task_files
 
 HELLO_TASK = ROOT / "examples" / "hello-world" / "task"
@@ -56,7 +56,8 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 def create_namespace(core_v1, name: str) -> None:
     from kubernetes import client
 
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={TEST_NAMESPACE_LABEL: "true"})))
 
 
 @pytest.fixture
