@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,9 @@ from shipyard.cli.serving import (
     DEFAULT_OPERATOR_GRACE,
     DEFAULT_WATCH_TIMEOUT,
     invalid_task_message,
+    ready_server,
     silent_seconds,
+    slow_operator_message,
     task_state,
     timeout_message,
     trial_silence,
@@ -99,8 +102,7 @@ def follow_trial(namespace: str, name: str, timeout: float, grace: float) -> dic
     console = out()
     trial: dict[str, Any] = {}
     silence = SilenceWatch(namespace, grace)
-    heartbeat = SILENCE_CHECK_SECONDS if grace > 0 else None
-    trials = follow("trials", namespace, name, timeout=timeout or None, heartbeat=heartbeat)
+    trials = _updates(follow, namespace, name, timeout or None, grace)
     try:
         if console.is_terminal:
             view = TrialView()
@@ -143,6 +145,23 @@ def follow_trial(namespace: str, name: str, timeout: float, grace: float) -> dic
     return trial
 
 
+def _updates(follow: Any, namespace: str, name: str, timeout: float | None,
+             grace: float) -> Iterator[dict[str, Any]]:
+    """The trial's versions; while it has no status (and grace is on), also every few seconds
+    unchanged, so that its silence can be judged; plain changes once an operator wrote one."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if grace > 0:
+        for trial in follow("trials", namespace, name, timeout=timeout,
+                            heartbeat=SILENCE_CHECK_SECONDS):
+            yield trial
+            if trial.get("status"):
+                break
+    remaining = None if deadline is None else deadline - time.monotonic()
+    if remaining is not None and remaining <= 0:
+        raise TimeoutError(name)
+    yield from follow("trials", namespace, name, timeout=remaining)
+
+
 class SilenceWatch:
     """Judges a followed trial that has no status yet (cli.serving.trial_silence): a fatal
     verdict ends the command, a warning is printed once."""
@@ -170,10 +189,13 @@ class SilenceWatch:
                                 grace=self.grace, operators=[])
         if verdict is None:
             return
-        if verdict.fatal:
+        if verdict.fatal:  # unless an installed operator serves the namespace and runs
             verdict = trial_silence(trial, task, namespace=self.namespace, silent_for=silent,
                                     grace=self.grace, operators=installed_operators())
-            fail(verdict.message if verdict else "no operator serves the namespace")
+            if verdict is not None and verdict.fatal:
+                fail(verdict.message)
+            if verdict is None:
+                return
         self.warned = True
         console.print(f"warning: {verdict.message}", style="yellow")
 
@@ -255,7 +277,16 @@ def run(target: str, agent: str | None, agent_command: str | None, agent_env: tu
 
         validated = wait_validated(ns, task, operator_grace)
         if validated is None:
-            fail(unvalidated_task_message(ns, task, operator_grace, installed_operators()))
+            operators = installed_operators()
+            server = ready_server(operators, ns)
+            if server is None:
+                fail(unvalidated_task_message(ns, task, operator_grace, operators))
+            err().print("warning: " + slow_operator_message(
+                server, ns, f"task {task} is still not validated", operator_grace),
+                style="yellow")
+            validated = wait_validated(ns, task, timeout or 1e9)
+            if validated is None:
+                fail(f"task {task} was not validated within {operator_grace + timeout:g}s")
         if task_state(validated) == "invalid":
             fail(invalid_task_message(validated))
     body = trial_body(task, agent, name=name, command=agent_command, env=env, image=image,

@@ -37,9 +37,24 @@ class InstalledOperator:
     namespace: str
     name: str
     watch: str  # "cluster-wide" or comma-separated namespaces ("" when unknown)
+    ready: bool = False  # at least one Ready replica
 
     def serves(self, namespace: str) -> bool:
         return self.watch == "cluster-wide" or namespace in self.watch.split(",")
+
+
+def ready_server(operators: list[InstalledOperator], namespace: str) -> InstalledOperator | None:
+    """An installed operator that serves `namespace` and runs: evidence that the namespace is
+    served, only slowly (a busy or starting operator), rather than not at all."""
+    return next((op for op in operators if op.ready and op.serves(namespace)), None)
+
+
+def slow_operator_message(operator: InstalledOperator, namespace: str, what: str,
+                          waited: float) -> str:
+    return (f"after {waited:.0f}s {what}, although the operator {operator.namespace}/"
+            f"{operator.name} serves namespace {namespace} and is Ready: it may be busy; "
+            f"waiting for it (`kubectl -n {operator.namespace} logs deployment/{operator.name}`"
+            " tells more)")
 
 
 def operators_from_deployments(deployments: list[dict[str, Any]]) -> list[InstalledOperator]:
@@ -49,7 +64,9 @@ def operators_from_deployments(deployments: list[dict[str, Any]]) -> list[Instal
         meta = deployment.get("metadata") or {}
         template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
         watch = (template.get("annotations") or {}).get(WATCH_ANNOTATION, "")
-        found.append(InstalledOperator(meta.get("namespace", ""), meta.get("name", ""), watch))
+        ready = ((deployment.get("status") or {}).get("readyReplicas") or 0) > 0
+        found.append(InstalledOperator(meta.get("namespace", ""), meta.get("name", ""), watch,
+                                       ready))
     return found
 
 
@@ -124,8 +141,11 @@ def trial_silence(trial: dict[str, Any], task: dict[str, Any] | None, *, namespa
             "(`kubectl get pods -A -l app.kubernetes.io/part-of=shipyard`)"))
     what = (f"task {task_name} does not exist" if task is None
             else f"task {task_name} was never validated")
-    return Silence(True, no_operator_message(
-        namespace, f"trial {name} still has no status and {what}", silent_for, operators))
+    silent = f"trial {name} still has no status and {what}"
+    server = ready_server(operators, namespace)
+    if server is not None:
+        return Silence(False, slow_operator_message(server, namespace, silent, silent_for))
+    return Silence(True, no_operator_message(namespace, silent, silent_for, operators))
 
 
 def silent_seconds(trial: dict[str, Any], watched_for: float, age: float | None) -> float:

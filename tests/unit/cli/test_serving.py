@@ -11,6 +11,7 @@ from shipyard.cli.serving import (
     invalid_task_message,
     no_operator_message,
     operators_from_deployments,
+    ready_server,
     silent_seconds,
     task_state,
     timeout_message,
@@ -85,12 +86,13 @@ def test_no_operator_message_points_at_the_namespaces_an_installed_operator_serv
 def test_operators_from_deployments():
     deployments = [
         {"metadata": {"namespace": "ops", "name": "shipyard"},
-         "spec": {"template": {"metadata": {"annotations": {"shipyard.dev/watch": "a,b"}}}}},
+         "spec": {"template": {"metadata": {"annotations": {"shipyard.dev/watch": "a,b"}}}},
+         "status": {"replicas": 1, "readyReplicas": 1}},
         {"metadata": {"namespace": "o2", "name": "sy"}, "spec": {"template": {"metadata": {}}}},
     ]
     found = operators_from_deployments(deployments)
-    assert found == [InstalledOperator("ops", "shipyard", "a,b"),
-                     InstalledOperator("o2", "sy", "")]
+    assert found == [InstalledOperator("ops", "shipyard", "a,b", ready=True),
+                     InstalledOperator("o2", "sy", "", ready=False)]
     assert found[0].serves("b") and not found[0].serves("c")
     assert InstalledOperator("x", "y", "cluster-wide").serves("anything")
 
@@ -146,3 +148,22 @@ def test_timeout_message_names_the_trial_and_its_last_phase():
         "`shipyard watch t1 -n demo --timeout 0`")
     assert "(last phase: no status yet)" in timeout_message(trial(), "t1", "demo", 5)
     assert "(last phase: Pending)" in timeout_message(trial({"phase": "Pending"}), "t", "d", 5)
+
+
+def test_a_ready_installed_operator_serving_the_namespace_turns_the_verdict_into_a_warning():
+    """Evidence that the namespace is served, only slowly (a busy operator): keep waiting."""
+    serving = InstalledOperator("demo", "shipyard", "demo", ready=True)
+    assert ready_server([serving], "demo") == serving
+    for others in ([InstalledOperator("demo", "shipyard", "demo", ready=False)],
+                   [InstalledOperator("ops", "shipyard", "elsewhere", ready=True)]):
+        assert ready_server(others, "demo") is None
+        verdict = trial_silence(trial(), None, namespace="demo", silent_for=20, grace=15,
+                                operators=others)
+        assert verdict is not None and verdict.fatal
+    verdict = trial_silence(trial(), None, namespace="demo", silent_for=20, grace=15,
+                            operators=[serving])
+    assert verdict is not None and not verdict.fatal
+    assert verdict.message.startswith(
+        "after 20s trial hello-oracle-x still has no status and task hello does not exist, "
+        "although the operator demo/shipyard serves namespace demo and is Ready: it may be busy")
+    assert "`kubectl -n demo logs deployment/shipyard`" in verdict.message
