@@ -192,7 +192,8 @@ def test_readme_block_is_what_a_newcomer_runs():
 
 
 @pytest.mark.timeout(960)
-def test_readme_helm_commands_verbatim_reach_a_reward(cluster, crds, core_v1, tmp_path):
+def test_readme_helm_commands_verbatim_reach_a_reward(cluster, crds, core_v1, tmp_path,
+                                                      unserved):
     """The block runs as written in bash from the repository root, with the local cluster's
     kubectl and the CLI on PATH and a kubeconfig whose current namespace is a fresh one (the
     README: "your kubeconfig's current namespace"), so that it neither collides with other
@@ -229,6 +230,12 @@ def test_readme_helm_commands_verbatim_reach_a_reward(cluster, crds, core_v1, tm
         assert pod_template["metadata"]["annotations"]["shipyard.dev/watch"] == ns
         assert pod_template["spec"]["containers"][0]["args"][-2:] == ["--namespace", ns]
         assert cluster.kubectl_run("-n", ns, "get", "rolebinding", "shipyard").returncode == 0
+        # The issue's dead end: a namespace other than the one the operator serves. The error
+        # names where the installed operator serves.
+        result, _ = cli(cluster, "run", str(HELLO_TASK), "-n", unserved,
+                        extra_env={"SHIPYARD_OPERATOR_GRACE": "3"})
+        assert (f"the installed operator ({ns}/shipyard) serves {ns}: run there with `-n {ns}`"
+                in error_line(result))
     finally:
         subprocess.run(["bash", str(ROOT / "hack" / "helm.sh"), "uninstall", "shipyard",
                         "--namespace", ns, "--wait"], capture_output=True, text=True,
