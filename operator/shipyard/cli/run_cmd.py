@@ -38,6 +38,7 @@ from shipyard.cli.serving import (
 )
 
 AGENTS = ("oracle", "nop", "command")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # While a followed trial has no status, look again at least this often (seconds).
 SILENCE_CHECK_SECONDS = 3
 
@@ -51,7 +52,6 @@ GRACE_OPTION = click.option(
     help="Seconds after which a Task no operator has validated, or a Trial with no status, "
          "means that no operator serves the namespace: say so with the fix and exit 1 "
          "(0: never judge). Env: SHIPYARD_OPERATOR_GRACE.")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def trial_body(task: str, agent: str, *, name: str | None, command: str | None,
