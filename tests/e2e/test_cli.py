@@ -249,15 +249,21 @@ def test_watch_says_a_trial_waits_for_its_task_then_ends_with_the_reward(cluster
     shipyard.trial("watch-early", "watch-late", {"name": "oracle"})
     watcher = subprocess.Popen(
         [sys.executable, "-m", "shipyard", "watch", "watch-early", "-n", ns, "--timeout", "120"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(cluster),
-        stdin=subprocess.DEVNULL)
-    shipyard.wait("watch-early", timeout=15, until=lambda t: any(
-        c.get("reason") == "WaitingForTask" for c in t.get("status", {}).get("conditions", [])))
-    time.sleep(1)  # the watcher sees the waiting state before the Task appears
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(cli_env(cluster), PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL)
+    # The Task appears only once the watcher has shown the waiting state (on a loaded machine
+    # its start alone can outlast a fixed sleep).
+    seen = []
+    for line in watcher.stdout:
+        seen.append(line)
+        if "waiting until" in line:
+            break
     shipyard.task("watch-late", task_files(
         "grep -q ok /app/out.txt && echo 1 > /logs/verifier/reward.txt || "
         "echo 0 > /logs/verifier/reward.txt\n", solve_sh="echo ok > /app/out.txt\n"))
-    out, stderr = watcher.communicate(timeout=150)
+    out = "".join(seen) + watcher.stdout.read()
+    stderr = watcher.stderr.read()
+    watcher.wait(150)
     assert watcher.returncode == 0, stderr
     assert "Task " + ns + "/watch-late not found; waiting until" in out, out
     assert out.strip().splitlines()[-1] == "trial watch-early Completed: reward 1", out

@@ -26,12 +26,14 @@ def fail(message: str) -> NoReturn:
     raise CLIError(message)
 
 
+# soft_wrap: a line longer than the terminal is left to the terminal, never broken by rich, so
+# that a hint such as `shipyard watch NAME -n NS` can always be copied whole.
 def out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
 def err() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def namespace_or_default(namespace: str | None) -> str:

@@ -10,6 +10,13 @@ from typing import Any
 
 from shipyard.api.conventions import condition, object_conditions
 from shipyard.cli.common import err, fail
+from shipyard.cli.serving import (
+    OPERATOR_SELECTOR,
+    InstalledOperator,
+    no_operator_message,
+    operators_from_deployments,
+    task_state,
+)
 from shipyard.taskformat import LoadedTask, TaskFormatError, load_task_dir
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -57,23 +64,43 @@ def push_directory(directory: Path, namespace: str, name: str | None) -> tuple[s
     return task_name, result
 
 
-def wait_ready(namespace: str, name: str, timeout: float) -> dict[str, Any]:
-    """Follow the Task until the operator has validated its current generation."""
+def wait_validated(namespace: str, name: str, timeout: float) -> dict[str, Any] | None:
+    """Follow the Task until an operator has validated its current generation (Ready True
+    or False); None when none did within `timeout` seconds."""
     from shipyard.kube.watch import follow
 
     began = time.monotonic()
     with err().status(f"waiting for the operator to validate task {name}...") as status:
         try:
             for task in follow("tasks", namespace, name, timeout=timeout):
-                observed = (task.get("status") or {}).get("observedGeneration")
-                if observed is not None and observed >= task["metadata"].get("generation", 0):
+                if task_state(task) != "unvalidated":
                     return task
                 status.update(f"waiting for the operator to validate task {name}... "
                               f"{time.monotonic() - began:.0f}s")
         except TimeoutError:
-            fail(f"the operator did not validate task {name} within {timeout:g}s; is the "
-                 f"Shipyard operator running and serving namespace {namespace}?")
-    fail(f"task {name} stopped being followed")  # pragma: no cover - follow never ends
+            return None
+    return None  # pragma: no cover - follow never ends by itself
+
+
+def installed_operators() -> list[InstalledOperator]:
+    """The chart-installed operators this user can see (none when it may not list
+    Deployments): only for hints, so a failure here never hides the real message."""
+    from shipyard.kube.trials import operator_deployments
+
+    try:
+        return operators_from_deployments(operator_deployments(OPERATOR_SELECTOR) or [])
+    except Exception:  # a hint must not replace the error it explains
+        return []
+
+
+def wait_ready(namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """The Task once validated; a CLI error naming the fix when no operator validates it."""
+    task = wait_validated(namespace, name, timeout)
+    if task is None:
+        fail(no_operator_message(
+            namespace, f"task {name} is still not validated (no Ready condition)", timeout,
+            installed_operators()))
+    return task
 
 
 def ready_condition(task: dict[str, Any]) -> dict[str, Any] | None:

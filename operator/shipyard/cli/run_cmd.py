@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import click
 from rich.live import Live
 
-from shipyard.api.conventions import LABEL_MANAGED_BY, is_finished_phase
+from shipyard.api.conventions import LABEL_MANAGED_BY, is_finished_phase, parse_time
 from shipyard.api.models import API_VERSION
 from shipyard.cli.common import NAMESPACE_OPTION, err, fail, namespace_or_default, out
 from shipyard.cli.formatting import (
@@ -22,9 +24,34 @@ from shipyard.cli.formatting import (
     phase_label,
     waiting_note,
 )
+from shipyard.cli.serving import (
+    DEFAULT_OPERATOR_GRACE,
+    DEFAULT_WATCH_TIMEOUT,
+    invalid_task_message,
+    ready_server,
+    silent_seconds,
+    slow_operator_message,
+    task_state,
+    timeout_message,
+    trial_silence,
+    unvalidated_task_message,
+)
 
 AGENTS = ("oracle", "nop", "command")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# While a followed trial has no status, look again at least this often (seconds).
+SILENCE_CHECK_SECONDS = 3
+
+TIMEOUT_OPTION = click.option(
+    "--timeout", type=click.FloatRange(min=0), default=DEFAULT_WATCH_TIMEOUT, show_default=True,
+    help="Stop following after SECONDS and exit 1 naming the trial's last phase (the trial "
+         "goes on running); 0: no limit.")
+GRACE_OPTION = click.option(
+    "--operator-grace", type=click.FloatRange(min=0), default=DEFAULT_OPERATOR_GRACE,
+    show_default=True, envvar="SHIPYARD_OPERATOR_GRACE",
+    help="Seconds after which a Task no operator has validated, or a Trial with no status, "
+         "means that no operator serves the namespace: say so with the fix and exit 1 "
+         "(0: never judge). Env: SHIPYARD_OPERATOR_GRACE.")
 
 
 def trial_body(task: str, agent: str, *, name: str | None, command: str | None,
@@ -66,25 +93,29 @@ def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-def follow_trial(namespace: str, name: str, timeout: float | None) -> dict[str, Any]:
+def follow_trial(namespace: str, name: str, timeout: float, grace: float) -> dict[str, Any]:
     """Follow the trial until it finishes, live on a terminal, line by line otherwise.
-    Returns the finished trial."""
+    Returns the finished trial. Ends with an error when no operator serves the namespace
+    (`grace`, see cli.serving) or after `timeout` seconds (0: none)."""
     from shipyard.kube.watch import ObjectGone, follow
 
     console = out()
     trial: dict[str, Any] = {}
+    silence = SilenceWatch(namespace, grace)
+    trials = _updates(follow, namespace, name, timeout or None, grace)
     try:
         if console.is_terminal:
             view = TrialView()
             with Live(view, console=console, refresh_per_second=4, transient=False):
-                for trial in follow("trials", namespace, name, timeout=timeout):
+                for trial in trials:
                     view.update(trial)
+                    silence.check(trial, console)
                     if _finished(trial):
                         break
         else:
             seen: dict[str, str] = {}
             phase = note = None
-            for trial in follow("trials", namespace, name, timeout=timeout):
+            for trial in trials:
                 status = trial.get("status") or {}
                 if status.get("phase") != phase:
                     phase = status.get("phase")
@@ -101,16 +132,72 @@ def follow_trial(namespace: str, name: str, timeout: float | None) -> dict[str, 
                     if seen.get(key) != state and state != "Pending":
                         seen[key] = state
                         console.print(phase_event(record, now))
+                silence.check(trial, console)
                 if _finished(trial):
                     break
     except ObjectGone as exc:
         fail(str(exc))
-    except TimeoutError as exc:
-        fail(f"{exc}; it goes on running: shipyard watch {name} -n {namespace}")
+    except TimeoutError:
+        fail(timeout_message(trial, name, namespace, timeout))
     except KeyboardInterrupt:
         err().print(f"stopped following; the trial goes on: shipyard watch {name} -n {namespace}")
         sys.exit(130)
     return trial
+
+
+def _updates(follow: Any, namespace: str, name: str, timeout: float | None,
+             grace: float) -> Iterator[dict[str, Any]]:
+    """The trial's versions; while it has no status (and grace is on), also every few seconds
+    unchanged, so that its silence can be judged; plain changes once an operator wrote one."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if grace > 0:
+        for trial in follow("trials", namespace, name, timeout=timeout,
+                            heartbeat=SILENCE_CHECK_SECONDS):
+            yield trial
+            if trial.get("status"):
+                break
+    remaining = None if deadline is None else deadline - time.monotonic()
+    if remaining is not None and remaining <= 0:
+        raise TimeoutError(name)
+    yield from follow("trials", namespace, name, timeout=remaining)
+
+
+class SilenceWatch:
+    """Judges a followed trial that has no status yet (cli.serving.trial_silence): a fatal
+    verdict ends the command, a warning is printed once."""
+
+    def __init__(self, namespace: str, grace: float) -> None:
+        self.namespace = namespace
+        self.grace = grace
+        self.began = time.monotonic()
+        self.warned = False
+
+    def check(self, trial: dict[str, Any], console: Any) -> None:
+        if trial.get("status") or self.grace <= 0 or self.warned:
+            return
+        created = parse_time((trial.get("metadata") or {}).get("creationTimestamp"))
+        age = None if created is None else (datetime.now(UTC) - created).total_seconds()
+        silent = silent_seconds(trial, time.monotonic() - self.began, age)
+        if silent < self.grace:
+            return
+        from shipyard.cli.pushing import installed_operators
+        from shipyard.kube.trials import get
+
+        task_name = ((trial.get("spec") or {}).get("taskRef") or {}).get("name", "")
+        task = get("tasks", self.namespace, task_name) if task_name else None
+        verdict = trial_silence(trial, task, namespace=self.namespace, silent_for=silent,
+                                grace=self.grace, operators=[])
+        if verdict is None:
+            return
+        if verdict.fatal:  # unless an installed operator serves the namespace and runs
+            verdict = trial_silence(trial, task, namespace=self.namespace, silent_for=silent,
+                                    grace=self.grace, operators=installed_operators())
+            if verdict is not None and verdict.fatal:
+                fail(verdict.message)
+            if verdict is None:
+                return
+        self.warned = True
+        console.print(f"warning: {verdict.message}", style="yellow")
 
 
 def _finished(trial: dict[str, Any]) -> bool:
@@ -146,15 +233,19 @@ def report(trial: dict[str, Any]) -> None:
 @click.option("--watch", "-w", is_flag=True,
               help="Follow the trial's phases live and end with its reward; exit status 0 "
                    "when the trial completed, 1 when it failed.")
-@click.option("--timeout", type=float, default=None,
-              help="With --watch: stop following after this many seconds (exit 1).")
+@TIMEOUT_OPTION
+@GRACE_OPTION
 @NAMESPACE_OPTION
 def run(target: str, agent: str | None, agent_command: str | None, agent_env: tuple[str, ...],
         name: str | None, task_name: str | None, image: str | None,
         image_pull_policy: str | None, keep_pods: bool, timeout_multiplier: float | None,
-        watch: bool, timeout: float | None, namespace: str | None) -> None:
+        watch: bool, timeout: float, operator_grace: float, namespace: str | None) -> None:
     """Run a trial of TARGET: a local Harbor task DIRECTORY (pushed first, like `shipyard task
-    push`) or the name of a Task in the namespace."""
+    push`) or the name of a Task in the namespace.
+
+    The Trial is created only once an operator has validated the Task: a Task that is not
+    valid, or that no operator validates within --operator-grace seconds (no operator serves
+    the namespace), is refused with the reason and the fix."""
     from shipyard.kube.trials import create_trial, get
 
     if agent_command is not None and agent not in (None, "command"):
@@ -181,6 +272,23 @@ def run(target: str, agent: str | None, agent_command: str | None, agent_env: tu
         if get("tasks", ns, task) is None:
             fail(f"task {task} not found in namespace {ns}; push a task directory with "
                  "`shipyard task push DIR` or pass the directory")
+    if operator_grace > 0:
+        from shipyard.cli.pushing import installed_operators, wait_validated
+
+        validated = wait_validated(ns, task, operator_grace)
+        if validated is None:
+            operators = installed_operators()
+            server = ready_server(operators, ns)
+            if server is None:
+                fail(unvalidated_task_message(ns, task, operator_grace, operators))
+            err().print("warning: " + slow_operator_message(
+                server, ns, f"task {task} is still not validated", operator_grace),
+                style="yellow")
+            validated = wait_validated(ns, task, timeout or 1e9)
+            if validated is None:
+                fail(f"task {task} was not validated within {operator_grace + timeout:g}s")
+        if task_state(validated) == "invalid":
+            fail(invalid_task_message(validated))
     body = trial_body(task, agent, name=name, command=agent_command, env=env, image=image,
                       pull_policy=image_pull_policy, keep_pods=keep_pods,
                       timeout_multiplier=timeout_multiplier)
@@ -191,13 +299,15 @@ def run(target: str, agent: str | None, agent_command: str | None, agent_env: tu
                     f"shipyard watch {trial_name} -n {ns}")
         return
     err().print(f"trial {ns}/{trial_name} created")
-    report(follow_trial(ns, trial_name, timeout))
+    report(follow_trial(ns, trial_name, timeout, operator_grace))
 
 
 @click.command("watch")
 @click.argument("trial")
-@click.option("--timeout", type=float, default=None, help="Stop following after SECONDS.")
+@TIMEOUT_OPTION
+@GRACE_OPTION
 @NAMESPACE_OPTION
-def watch_cmd(trial: str, timeout: float | None, namespace: str | None) -> None:
-    """Follow a TRIAL's phases until it finishes; exit status 0 when it completed."""
-    report(follow_trial(namespace_or_default(namespace), trial, timeout))
+def watch_cmd(trial: str, timeout: float, operator_grace: float, namespace: str | None) -> None:
+    """Follow a TRIAL's phases until it finishes; exit status 0 when it completed, 1 when it
+    failed, when no operator serves the namespace, or when --timeout expired."""
+    report(follow_trial(namespace_or_default(namespace), trial, timeout, operator_grace))

@@ -45,3 +45,21 @@ def current_namespace() -> str:
     except Exception:  # no kubeconfig: the client reports that when it is used
         return "default"
     return (context or {}).get("context", {}).get("namespace") or "default"
+
+
+def operator_deployments(selector: str) -> list[dict[str, Any]] | None:
+    """The Deployments matching `selector` in every namespace (the CLI's hint about which
+    namespaces the installed operators serve); None when this user may not list them."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from shipyard.kube.client import api_client
+
+    try:
+        found = client.AppsV1Api(api_client()).list_deployment_for_all_namespaces(
+            label_selector=selector, _request_timeout=10)
+    except ApiException as e:
+        if e.status in (401, 403):
+            return None
+        raise
+    return [api_client().sanitize_for_serialization(d) for d in found.items]
