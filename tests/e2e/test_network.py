@@ -112,7 +112,7 @@ def agent_probe(url: str) -> dict[str, Any]:
 
 
 def rewards(shipyard, name: str) -> dict[str, float]:
-    trial = shipyard.wait(name, timeout=120)
+    trial = shipyard.wait(name, timeout=300)
     assert trial["status"]["phase"] == "Completed", trial["status"]
     return trial["status"]["rewards"]
 
@@ -225,7 +225,7 @@ def test_separate_verifier_runs_under_its_own_baseline(shipyard, target):
     files["tests/test.sh"] = test_sh
     shipyard.task("split", files)
     shipyard.trial("split-probe", "split", agent_probe(target))
-    trial = shipyard.wait("split-probe", timeout=120)
+    trial = shipyard.wait("split-probe", timeout=300)
     assert trial["status"]["phase"] == "Completed", trial["status"]
     assert trial["status"]["rewards"] == {"reward": 1.0}
     logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
