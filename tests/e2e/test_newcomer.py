@@ -86,11 +86,14 @@ def test_run_watch_where_no_operator_serves_says_so_within_seconds(cluster, crds
     # The default grace is 12 s; the rest is the CLI's start and push (≈ 4 s on an idle
     # machine, more on a loaded shared one).
     assert took < 45, took
-    assert line == (
+    assert line.startswith(
         f"error: no Shipyard operator serves namespace {unserved}: after 12s task hello-world is "
-        "still not validated (no Ready condition); no trial was created. Fix: install one that "
-        f"serves it: `helm install shipyard charts/shipyard -n {unserved}` (README, Install "
-        f"with Helm); or run one from a checkout: `shipyard operator -n {unserved}`")
+        "still not validated (no Ready condition); no trial was created. Fix: "), line
+    # (an operator installed elsewhere on the cluster, e.g. by hack/demo.sh, is named between)
+    assert line.endswith(
+        f"install one that serves it: `helm install shipyard charts/shipyard -n {unserved}` "
+        f"(README, Install with Helm); or run one from a checkout: "
+        f"`shipyard operator -n {unserved}`"), line
     assert trials_in(custom_objects, unserved) == []
     # Without --watch too: no Trial on a Task no operator ever validated. The grace is a setting.
     result, took = cli(cluster, "run", "hello-world", "-n", unserved,
@@ -234,8 +237,13 @@ def test_readme_helm_commands_verbatim_reach_a_reward(cluster, crds, core_v1, tm
         # names where the installed operator serves.
         result, _ = cli(cluster, "run", str(HELLO_TASK), "-n", unserved,
                         extra_env={"SHIPYARD_OPERATOR_GRACE": "3"})
-        assert (f"the installed operator ({ns}/shipyard) serves {ns}: run there with `-n {ns}`"
-                in error_line(result))
+        line = error_line(result)
+        # other operators installed on the cluster (hack/demo.sh's) may be named with it
+        named = re.search(r"the installed operators? \(([^)]*)\) serves? ([^:]*): run there "
+                          r"with `-n ([^`]*)`", line)
+        assert named, line
+        assert f"{ns}/shipyard" in named.group(1).split(", "), line
+        assert ns in named.group(2).split(", "), line
     finally:
         subprocess.run(["bash", str(ROOT / "hack" / "helm.sh"), "uninstall", "shipyard",
                         "--namespace", ns, "--wait"], capture_output=True, text=True,
