@@ -7,34 +7,22 @@ Shipyard does not know is null (token counts, costs, tracebacks, model info), ne
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import LABEL_SWEEP, condition, is_finished_phase
+from shipyard.api.conventions import LABEL_SWEEP, is_finished_phase
+from shipyard.reconcile.harbor_outcome import (
+    agent_timeout,
+    exception_info,
+    exception_type,
+)
+from shipyard.reconcile.metrics import pass_at_k as harbor_pass_at_k
 from shipyard.taskformat import aggregate_mean
 
 DATASET = "adhoc"  # Harbor's name for trials that belong to no dataset
-
-# Failed-condition reasons → the exception Harbor would have recorded for the same outcome.
-EXCEPTION_TYPES = {
-    "AgentFailed": "NonZeroAgentExitCodeError",
-    "AgentTimeout": "AgentTimeoutError",
-    "VerifierTimeout": "VerifierTimeoutError",
-    "RewardFileMissing": "RewardFileNotFoundError",
-    "RewardFileEmpty": "RewardFileEmptyError",
-    "RewardFileInvalid": "VerifierOutputParseError",
-    "HealthcheckFailed": "HealthcheckError",
-    "EnvironmentStartTimeout": "EnvironmentStartTimeoutError",
-    "Cancelled": "CancelledError",
-}
-
-
-def exception_type(reason: str) -> str:
-    return EXCEPTION_TYPES.get(reason, f"{reason}Error" if reason else "UnknownError")
 
 
 def _timing(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -48,43 +36,6 @@ def _phase(records: list[dict[str, Any]], name: str, step: str | None = None
     """The last record of a phase kind (the last attempt wins)."""
     found = [r for r in records if r.get("name") == name and r.get("step") == step]
     return found[-1] if found else None
-
-
-def _agent_timeout(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    return next((r for r in records if r.get("name") == "agent" and r.get("timedOut")), None)
-
-
-def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Harbor stores the first exception: the one the operator recorded in `status.error`
-    (e.g. AgentTimeoutError, NonZeroAgentExitCodeError; the trial may still have a reward),
-    else an agent timeout seen in the phases, else the reason the trial failed."""
-    status = trial.get("status") or {}
-    failed = condition(status.get("conditions"), "Failed")
-    error = status.get("error")
-    if error and error.get("type"):  # the operator records Harbor's exception names
-        kind = error["type"]
-        return {
-            "exception_type": kind if kind.endswith("Error") else exception_type(kind),
-            "exception_message": error.get("message", ""),
-            "exception_traceback": None,
-            "occurred_at": (failed or {}).get("lastTransitionTime") or status.get("finishedAt"),
-        }
-    timed_out = _agent_timeout(status.get("phases") or [])
-    if timed_out is not None:
-        return {
-            "exception_type": "AgentTimeoutError",
-            "exception_message": timed_out.get("message") or "Agent execution timed out",
-            "exception_traceback": None,
-            "occurred_at": timed_out.get("finishedAt"),
-        }
-    if failed is None:
-        return None
-    return {
-        "exception_type": exception_type(failed.get("reason", "")),
-        "exception_message": failed.get("message", ""),
-        "exception_traceback": None,
-        "occurred_at": failed.get("lastTransitionTime") or status.get("finishedAt"),
-    }
 
 
 def trial_config(trial: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,7 +91,7 @@ def _step_results(trial: Mapping[str, Any]) -> list[dict[str, Any]]:
     for step in status.get("steps") or []:
         name = step["name"]
         error = step.get("error")
-        timed_out = _agent_timeout(r for r in records if r.get("step") == name)
+        timed_out = agent_timeout(r for r in records if r.get("step") == name)
         info = None
         if timed_out is not None:
             info = {"exception_type": "AgentTimeoutError",
@@ -243,32 +194,11 @@ def eval_key(result: Mapping[str, Any]) -> str:
 
 
 def pass_at_k(results: list[Mapping[str, Any]]) -> dict[str, float]:
-    """Harbor's pass@k: only when every trial's rewards are a single 0/1 value (None = 0)."""
-    by_task: dict[str, list[int]] = defaultdict(list)
+    """Harbor's pass@k over TrialResults of one eval key (JSON keys are strings)."""
+    by_task: dict[str, list[Mapping[str, float] | None]] = defaultdict(list)
     for result in results:
-        rewards = (result.get("verifier_result") or {}).get("rewards")
-        if rewards is None:
-            value = 0
-        elif len(rewards) == 1 and next(iter(rewards.values())) in (0, 1):
-            value = int(next(iter(rewards.values())))
-        else:
-            return {}
-        by_task[result["task_name"]].append(value)
-    if not by_task:
-        return {}
-    smallest = min(len(v) for v in by_task.values())
-    ks = sorted({k for k in range(2, smallest + 1) if (k & (k - 1)) == 0 or k % 5 == 0})
-    out = {}
-    for k in ks:
-        scores = []
-        for values in by_task.values():
-            n, c = len(values), sum(values)
-            if n - c < k:
-                scores.append(1.0)
-            else:
-                scores.append(1.0 - math.prod((n - c - i) / (n - i) for i in range(k)))
-        out[str(k)] = sum(scores) / len(scores)
-    return out
+        by_task[result["task_name"]].append((result.get("verifier_result") or {}).get("rewards"))
+    return {str(k): v for k, v in harbor_pass_at_k(by_task).items()}
 
 
 def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
