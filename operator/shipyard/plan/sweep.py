@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shipyard.api.models import API_VERSION
+from shipyard.api.models import API_VERSION, AgentSpec
 from shipyard.api.sweep import SweepAgent, SweepSpec
 
 DOMAIN = "shipyard.dev"
@@ -24,6 +24,7 @@ ANNOTATION_AGENT_KEY = f"{DOMAIN}/agent-key"
 ANNOTATION_MODEL = f"{DOMAIN}/model"
 ANNOTATION_DATASET = f"{DOMAIN}/dataset"
 MODEL_ENV = "SHIPYARD_MODEL"
+TRIAL_AGENT_FIELDS = frozenset(AgentSpec.model_fields)
 MAX_PREFIX = 40
 MAX_LABEL = 63
 
@@ -109,8 +110,11 @@ def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation
     the sweep, task, agent, attempt and retry generation, owned by the Sweep."""
     name = sweep["metadata"]["name"]
     agent = spec.agents[slot.agent]
-    agent_spec = agent.model_dump(by_alias=True, exclude_defaults=True,
-                                  exclude={"model", "parallelism"}, mode="json")
+    # The model goes to the Trial's agent when Trials know models (installed agents), and
+    # always to the agent's environment as SHIPYARD_MODEL (a command agent reads it there).
+    sweep_only = {"parallelism"} | ({"model"} if "model" not in TRIAL_AGENT_FIELDS else set())
+    agent_spec = agent.model_dump(by_alias=True, exclude_defaults=True, exclude=sweep_only,
+                                  mode="json")
     agent_spec["name"] = agent.name
     if agent.model and not any(e.name == MODEL_ENV for e in agent.env):
         agent_spec["env"] = [*agent_spec.get("env", []), {"name": MODEL_ENV,
