@@ -159,9 +159,10 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
     return True
 
 
-def task_state(name: str, task: Mapping[str, Any] | None, waited: float) -> TaskState:
+def task_state(name: str, task: Mapping[str, Any] | None, waited: float,
+               task_wait: float = TASK_WAIT_SEC) -> TaskState:
     if task is None:
-        if waited < TASK_WAIT_SEC:
+        if waited < task_wait:
             return TaskState(name, "pending", f"task {name} not found yet")
         return TaskState(name, "missing", f"task {name} not found")
     meta, status = task.get("metadata") or {}, task.get("status") or {}
@@ -172,13 +173,13 @@ def task_state(name: str, task: Mapping[str, Any] | None, waited: float) -> Task
     if ready.get("status") == "True":
         return TaskState(name, "ready")
     reason = ready.get("reason") or "TaskInvalid"
-    if reason == "BundleNotFound" and waited < TASK_WAIT_SEC:
+    if reason == "BundleNotFound" and waited < task_wait:
         return TaskState(name, "pending", f"task {name}: {ready.get('message', reason)}")
     return TaskState(name, "invalid", f"task {name}: {reason}: {ready.get('message', '')}")
 
 
-def resolve_tasks(spec: SweepSpec, tasks: Iterable[Mapping[str, Any]], waited: float
-                  ) -> list[TaskState]:
+def resolve_tasks(spec: SweepSpec, tasks: Iterable[Mapping[str, Any]], waited: float,
+                  task_wait: float = TASK_WAIT_SEC) -> list[TaskState]:
     """The Sweep's tasks in order: the names listed, then the selector's matches by name."""
     by_name = {t["metadata"]["name"]: t for t in tasks}
     names = list(dict.fromkeys(spec.tasks.names))
@@ -186,7 +187,7 @@ def resolve_tasks(spec: SweepSpec, tasks: Iterable[Mapping[str, Any]], waited: f
         seen = set(names)
         names += sorted(n for n, t in by_name.items() if n not in seen and selector_matches(
             spec.tasks.selector, (t["metadata"].get("labels") or {})))
-    return [task_state(n, by_name.get(n), waited) for n in names]
+    return [task_state(n, by_name.get(n), waited, task_wait) for n in names]
 
 
 # ---------------------------------------------------------------- the plan against the Trials
