@@ -23,8 +23,10 @@ from shipyard.cli.formatting import (
     trial_row,
 )
 from shipyard.cli.harbor_results import job_result
+from shipyard.cli.sweep_view import SWEEP_COLUMNS, sweep_row
 
-KINDS = {"tasks": "tasks", "task": "tasks", "trials": "trials", "trial": "trials"}
+KINDS = {"tasks": "tasks", "task": "tasks", "trials": "trials", "trial": "trials",
+         "sweeps": "sweeps", "sweep": "sweeps"}
 ALL_NAMESPACES = click.option("--all-namespaces", "-A", is_flag=True,
                               help="Every namespace.")
 SELECTOR = click.option("--selector", "-l", default=None, help="Label selector.")
@@ -50,7 +52,7 @@ def _by_creation(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table")
 def get_cmd(kind: str, names: tuple[str, ...], namespace: str | None, all_namespaces: bool,
             selector: str | None, output: str) -> None:
-    """List tasks or trials (default: trials) as a table."""
+    """List tasks, trials (the default) or sweeps as a table."""
     from shipyard.kube.trials import list_objects
 
     plural = KINDS[kind]
@@ -73,7 +75,8 @@ def get_cmd(kind: str, names: tuple[str, ...], namespace: str | None, all_namesp
         click.echo(f"No {plural} found in {scope or 'any namespace'}.", err=True)
         return
     now = datetime.now(UTC)
-    row, columns = (trial_row, TRIAL_COLUMNS) if plural == "trials" else (task_row, TASK_COLUMNS)
+    row, columns = {"trials": (trial_row, TRIAL_COLUMNS), "tasks": (task_row, TASK_COLUMNS),
+                    "sweeps": (sweep_row, SWEEP_COLUMNS)}[plural]
     wide = scope is None
     click.echo(table((["NAMESPACE"] if wide else []) + columns,
                      [row(o, now, namespace=wide) for o in objs]))

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from shipyard.api.conventions import LABEL_SWEEP, is_finished_phase
+from shipyard.plan.sweep import ANNOTATION_DATASET
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
     exception_info,
@@ -165,7 +166,8 @@ def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
         "trial_name": meta["name"],
         "trial_uri": f"k8s://{meta.get('namespace', '')}/trials.shipyard.dev/{meta['name']}",
         "task_id": {"path": f"{meta.get('namespace', '')}/{task_name}"},
-        "source": (meta.get("labels") or {}).get(LABEL_SWEEP),
+        "source": (meta.get("annotations") or {}).get(ANNOTATION_DATASET)
+        or (meta.get("labels") or {}).get(LABEL_SWEEP),
         "task_checksum": digest.removeprefix("sha256:") if digest else None,
         "config": trial_config(trial),
         "agent_info": agent_info(spec.get("agent") or {}, status),
