@@ -81,15 +81,17 @@ class TrialWatch(threading.Thread):
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.errors: list[str] = []
+        self.relists = 0
 
     def run(self) -> None:
         from kubernetes import watch
         from kubernetes.client.rest import ApiException
 
-        version = self.api.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "trials")["metadata"]["resourceVersion"]
+        version: str | None = self.relist()
         self.ready.set()
         while not self.stop.is_set():
+            if version is None:
+                version = self.relist()
             try:
                 for event in watch.Watch().stream(
                         self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
@@ -102,9 +104,18 @@ class TrialWatch(threading.Thread):
                     self.seen(event["type"], obj)
                     if self.stop.is_set():
                         return
-            except ApiException as e:  # pragma: no cover - a 410 would void the check
-                self.errors.append(f"watch failed: {e.status}")
-                return
+            except ApiException as e:
+                if e.status != 410:
+                    self.errors.append(f"watch failed: {e.status}")
+                    return
+                self.relists += 1  # expired (a busy shared cluster): list, then watch again
+                version = None
+
+    def relist(self) -> str:
+        listed = self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "trials")
+        for obj in listed["items"]:
+            self.seen("LISTED", obj)
+        return listed["metadata"]["resourceVersion"]
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]

@@ -242,17 +242,21 @@ def retry_cmd(name: str, namespace: str | None) -> None:
                "at the last status)")
 
 
+def _set_suspend(name: str, namespace: str | None, suspend: bool) -> None:
+    from shipyard.kube.sweeps import set_spec_fields
+
+    ns = namespace_or_default(namespace)
+    _get_sweep(ns, name)
+    set_spec_fields(ns, name, {"suspend": suspend})
+    click.echo(f"sweep {name} {'suspended' if suspend else 'resumed'}")
+
+
 @sweep.command("suspend")
 @click.argument("name")
 @NAMESPACE_OPTION
 def suspend_cmd(name: str, namespace: str | None) -> None:
     """Create no new Trial; running ones finish (spec.suspend)."""
-    from shipyard.kube.sweeps import set_spec_fields
-
-    ns = namespace_or_default(namespace)
-    _get_sweep(ns, name)
-    set_spec_fields(ns, name, {"suspend": True})
-    click.echo(f"sweep {name} suspended")
+    _set_suspend(name, namespace, True)
 
 
 @sweep.command("resume")
@@ -260,12 +264,7 @@ def suspend_cmd(name: str, namespace: str | None) -> None:
 @NAMESPACE_OPTION
 def resume_cmd(name: str, namespace: str | None) -> None:
     """Go on creating Trials after `suspend`."""
-    from shipyard.kube.sweeps import set_spec_fields
-
-    ns = namespace_or_default(namespace)
-    _get_sweep(ns, name)
-    set_spec_fields(ns, name, {"suspend": False})
-    click.echo(f"sweep {name} resumed")
+    _set_suspend(name, namespace, False)
 
 
 def current_trials(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:

@@ -51,6 +51,7 @@ DEBOUNCE = 0.5  # after a wake-up, let a burst of Trial events land first
 TASKS_REFRESH = 30.0  # the namespace's Tasks are listed again after this long
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
 IDLE_WAIT = 60.0
+PENDING_RECHECK = 5.0
 
 
 @dataclass
@@ -59,6 +60,7 @@ class SweepIndex:
 
     event: asyncio.Event = field(default_factory=asyncio.Event)
     trials: dict[str, ObservedTrial] = field(default_factory=dict)
+    tasks_changed: bool = True
 
     def put(self, trial: ObservedTrial | None) -> None:
         if trial is not None and newer(self.trials.get(trial.name), trial):
@@ -91,6 +93,15 @@ async def sweep_changed(namespace: str, name: str, **_: Any) -> None:
     index = _index.get((namespace, name))
     if index is not None:
         index.event.set()
+
+
+@kopf.on.event(GROUP, VERSION, "tasks")
+async def sweep_task_changed(namespace: str, **_: Any) -> None:
+    """A Task came, went or was validated: the namespace's Sweeps look at their tasks again."""
+    for (ns, _name), index in _index.items():
+        if ns == namespace:
+            index.tasks_changed = True
+            index.event.set()
 
 
 @kopf.daemon(GROUP, VERSION, "sweeps", cancellation_timeout=10, initial_delay=0)
@@ -151,7 +162,9 @@ class SweepDriver:
             return await self.invalid(sweep, exc, now)
         generation = sweep["metadata"].get("generation")
         clock = time.monotonic()
-        if clock - self.tasks_at > TASKS_REFRESH or generation != self.generation:
+        if (self.index.tasks_changed or clock - self.tasks_at > TASKS_REFRESH
+                or generation != self.generation):
+            self.index.tasks_changed = False
             self.tasks = await asyncio.to_thread(kube.list_tasks, self.namespace)
             self.tasks_at, self.generation = clock, generation
         if clock - self.synced_at > RESYNC:
@@ -167,7 +180,9 @@ class SweepDriver:
                 return 0.0
             self.index.put(observe(made))
         status = sweep_status(sweep, spec, tasks, slots, list(self.index.trials.values()), now)
-        return await self.write(sweep, status)
+        wait = await self.write(sweep, status)
+        # a missing Task turns into errors when its wait is over: look again by then
+        return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
 
     async def write(self, sweep: dict[str, Any], status: SweepStatus) -> float:
         """Write the status when it changed, at most once per STATUS_INTERVAL; returns the

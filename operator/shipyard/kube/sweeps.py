@@ -11,9 +11,22 @@ from shipyard.api.models import GROUP, VERSION
 from shipyard.kube import objects
 from shipyard.kube.client import custom
 
+_requests = 0
+
+
+def _count() -> None:
+    global _requests
+    _requests += 1
+
+
+def requests_made() -> int:
+    """API requests made for Sweeps (Trial creates, lists, status writes); bench/ reads it."""
+    return _requests
+
 
 def create_trial(namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """The created Trial, or None when one of that name exists already."""
+    _count()
     try:
         return custom().create_namespaced_custom_object(GROUP, VERSION, namespace, "trials",
                                                         body)
@@ -24,14 +37,17 @@ def create_trial(namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def list_trials(namespace: str, selector: str) -> list[dict[str, Any]]:
+    _count()
     return objects.list_custom("trials", namespace, selector)
 
 
 def list_tasks(namespace: str) -> list[dict[str, Any]]:
+    _count()
     return objects.list_custom("tasks", namespace)
 
 
 def write_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+    _count()
     objects.patch_status("sweeps", namespace, name, status)
 
 
