@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
-from kubernetes import client, config, watch
+from kubernetes import watch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from concurrent_trials import ensure_cluster, peak_rss_mib  # noqa: E402
+from concurrent_trials import bench_namespace, peak_rss_mib, start_operator  # noqa: E402
 
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
 
@@ -60,24 +57,8 @@ def main() -> int:
     attempts = max(1, args.n // (2 * args.tasks))
     planned = attempts * 2 * args.tasks
 
-    kubeconfig = ensure_cluster()
-    kubectl = os.environ.get("KUBECTL", "kubectl")
-    local = Path.home() / ".cache/shipyard/k8s-v1.34.4/kubectl"
-    if local.exists():
-        kubectl = str(local)
-    subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f", str(ROOT / "crds")],
-                   check=True, stdout=subprocess.DEVNULL)
-    config.load_kube_config(kubeconfig)
-    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
-    namespace = f"bench-sweep-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": namespace}})
-
-    log = Path(tempfile.mkdtemp()) / "operator.log"
-    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1")
-    with open(log, "wb") as out:
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n", namespace],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    kubeconfig, core, custom, namespace = bench_namespace("sweep")
+    operator, log = start_operator(kubeconfig, namespace)
     phases: dict[str, str] = {}
     most = [0]
     done = threading.Event()
