@@ -460,3 +460,17 @@ def test_sweep_results_load_with_harbors_own_models(shipyard, cluster, custom_ob
     seen = json.loads(loaded.stdout)
     assert seen == {"n_total": 8, "evals": ["nop__none/zero__hb", "oracle__hb"], "trials": 8,
                     "rewards": [0.0] * 4 + [1.0] * 4}
+
+
+def test_the_api_refuses_a_sweep_with_bad_attempts_or_an_unknown_agent(crds, custom_objects,
+                                                                       namespace) -> None:
+    from kubernetes.client.rest import ApiException
+
+    for spec, field in (({"attempts": 0}, "spec.attempts"),
+                        ({"agents": [{"name": "no-such-agent"}]}, "spec.agents[0].name"),
+                        ({"agents": []}, "spec.agents")):
+        body = {"tasks": {"names": ["a"]}, "agents": [{"name": "oracle"}], **spec}
+        with pytest.raises(ApiException) as refused:
+            create_sweep(custom_objects, namespace, "bad", **body)
+        assert refused.value.status == 422
+        assert field in json.loads(refused.value.body)["message"]

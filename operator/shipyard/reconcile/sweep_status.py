@@ -421,7 +421,7 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         conditions.append(_condition("Suspended", "True", "Suspended",
                                      "spec.suspend: no new Trial is created", now, generation,
                                      previous))
-    elif any(c.get("type") == "Suspended" and c.get("status") == "True" for c in previous):
+    elif any(c.get("type") == "Suspended" for c in previous):  # kept False, as a Job's
         conditions.append(_condition("Suspended", "False", "Resumed", "the sweep resumed", now,
                                      generation, previous))
     if bad:

@@ -147,6 +147,10 @@ def test_status_in_progress_and_suspended() -> None:
                                                             for c in status.conditions]}),
                           resumed, ready("a", "b"), slots, trials, NOW)
     assert next(c for c in status.conditions if c.type == "Suspended").status == "False"
+    again = sweep_status(sweep_of(resumed, {"conditions": [c.model_dump(by_alias=True)
+                                                           for c in status.conditions]}),
+                         resumed, ready("a", "b"), slots, trials, NOW)
+    assert next(c for c in again.conditions if c.type == "Suspended").reason == "Resumed"
 
 
 def test_bad_tasks_count_as_errors_and_are_named() -> None:
