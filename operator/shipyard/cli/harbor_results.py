@@ -18,6 +18,7 @@ from shipyard.plan.sweep import ANNOTATION_DATASET
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
     exception_info,
+    exception_record,
     exception_type,
 )
 from shipyard.reconcile.metrics import pass_at_k as harbor_pass_at_k
@@ -95,13 +96,12 @@ def _step_results(trial: Mapping[str, Any]) -> list[dict[str, Any]]:
         timed_out = agent_timeout(r for r in records if r.get("step") == name)
         info = None
         if timed_out is not None:
-            info = {"exception_type": "AgentTimeoutError",
-                    "exception_message": timed_out.get("message") or "Agent execution timed out",
-                    "exception_traceback": None, "occurred_at": timed_out.get("finishedAt")}
+            info = exception_record("AgentTimeoutError",
+                                    timed_out.get("message") or "Agent execution timed out",
+                                    timed_out.get("finishedAt"), trial)
         elif error:
-            info = {"exception_type": exception_type(error.get("type", "")),
-                    "exception_message": error.get("message", ""),
-                    "exception_traceback": None, "occurred_at": None}
+            info = exception_record(exception_type(error.get("type", "")),
+                                    error.get("message", ""), None, trial)
         results.append({
             "step_name": name,
             "agent_result": None,

@@ -35,6 +35,21 @@ def agent_timeout(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return next((r for r in records if r.get("name") == "agent" and r.get("timedOut")), None)
 
 
+def exception_record(kind: str, message: str, occurred_at: str | None,
+                     trial: Mapping[str, Any]) -> dict[str, Any]:
+    """Harbor's ExceptionInfo: every field is required there, so the traceback (which an
+    operator does not have) is empty and the time falls back to when the trial finished, else
+    when it was created."""
+    status = trial.get("status") or {}
+    return {
+        "exception_type": kind,
+        "exception_message": message,
+        "exception_traceback": "",
+        "occurred_at": occurred_at or status.get("finishedAt")
+        or (trial.get("metadata") or {}).get("creationTimestamp"),
+    }
+
+
 def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
     """Harbor stores the first exception: the one the operator recorded in `status.error`
     (e.g. AgentTimeoutError, NonZeroAgentExitCodeError; the trial may still have a reward),
@@ -44,25 +59,15 @@ def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
     error = status.get("error")
     if error and error.get("type"):  # the operator records Harbor's exception names
         kind = error["type"]
-        return {
-            "exception_type": kind if kind.endswith("Error") else exception_type(kind),
-            "exception_message": error.get("message", ""),
-            "exception_traceback": None,
-            "occurred_at": (failed or {}).get("lastTransitionTime") or status.get("finishedAt"),
-        }
+        return exception_record(kind if kind.endswith("Error") else exception_type(kind),
+                                error.get("message", ""),
+                                (failed or {}).get("lastTransitionTime"), trial)
     timed_out = agent_timeout(status.get("phases") or [])
     if timed_out is not None:
-        return {
-            "exception_type": "AgentTimeoutError",
-            "exception_message": timed_out.get("message") or "Agent execution timed out",
-            "exception_traceback": None,
-            "occurred_at": timed_out.get("finishedAt"),
-        }
+        return exception_record("AgentTimeoutError",
+                                timed_out.get("message") or "Agent execution timed out",
+                                timed_out.get("finishedAt"), trial)
     if failed is None:
         return None
-    return {
-        "exception_type": exception_type(failed.get("reason", "")),
-        "exception_message": failed.get("message", ""),
-        "exception_traceback": None,
-        "occurred_at": failed.get("lastTransitionTime") or status.get("finishedAt"),
-    }
+    return exception_record(exception_type(failed.get("reason", "")), failed.get("message", ""),
+                            failed.get("lastTransitionTime"), trial)

@@ -97,7 +97,7 @@ def test_trial_result_has_harbors_fields_and_timings():
 def test_failures_become_harbor_exceptions(reason, harbor):
     info = exception_info(trial("t", phase="Failed", failed=(reason, "why")))
     assert info == {"exception_type": harbor, "exception_message": "why",
-                    "exception_traceback": None, "occurred_at": "2026-11-22T11:00:09Z"}
+                    "exception_traceback": "", "occurred_at": "2026-11-22T11:00:09Z"}
 
 
 def test_agent_timeout_is_recorded_although_the_trial_has_a_reward():
@@ -115,7 +115,7 @@ def test_the_recorded_error_wins():
     t = trial("t", phase="Failed", failed=("PodLost", "gone"))
     t["status"]["error"] = {"type": "PodLost", "message": "gone"}
     assert exception_info(t) == {"exception_type": "PodLostError", "exception_message": "gone",
-                                 "exception_traceback": None,
+                                 "exception_traceback": "",
                                  "occurred_at": "2026-11-22T11:00:09Z"}
 
 
