@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from shipyard.api.compat import known_fields
 from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.sweep import SweepSpec, SweepStatus
 from shipyard.kube import sweeps as kube
@@ -157,7 +158,7 @@ class SweepDriver:
                  "status": dict(self.body.get("status") or {})}
         now = datetime.now(UTC)
         try:
-            spec = SweepSpec.model_validate(sweep["spec"])
+            spec = SweepSpec.model_validate(known_fields(SweepSpec, sweep["spec"]))
         except ValidationError as exc:
             return await self.invalid(sweep, exc, now)
         generation = sweep["metadata"].get("generation")

@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from shipyard.api.compat import known_fields
 from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     LABEL_NETWORK,
@@ -144,7 +145,7 @@ class TrialDriver:
     async def prepare(self) -> TrialPlan | None:
         """Load the Task and plan the trial; a failure here is decided as TaskInvalid & co."""
         try:
-            spec = TrialSpec.model_validate(self.body.get("spec") or {})
+            spec = TrialSpec.model_validate(known_fields(TrialSpec, self.body.get("spec") or {}))
         except ValidationError as e:
             await self.fail_now(Reason.TRIAL_INVALID, _validation_message(e))
             return None
