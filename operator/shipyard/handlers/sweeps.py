@@ -35,6 +35,7 @@ from shipyard.reconcile.sweep_status import (
     resolve_tasks,
     sweep_status,
 )
+from shipyard.reconcile.trial_machine import parse_iso
 
 
 def _seconds(env: str, default: float) -> float:
@@ -170,7 +171,7 @@ class SweepDriver:
             self.tasks_at, self.generation = clock, generation
         if clock - self.synced_at > RESYNC:
             await self.resync()
-        created = _parse(sweep["metadata"].get("creationTimestamp")) or now
+        created = parse_iso(sweep["metadata"].get("creationTimestamp")) or now
         tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(), TASK_WAIT)
         slots = expand([t.name for t in tasks], spec)
         for slot, gen in admit(spec, slots, tasks, list(self.index.trials.values())):
@@ -230,12 +231,3 @@ def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:
     uid = sweep.get("metadata", {}).get("uid")
     return any(o.get("kind") == "Sweep" and o.get("uid") == uid
                for o in trial.get("metadata", {}).get("ownerReferences") or [])
-
-
-def _parse(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
