@@ -215,6 +215,7 @@ def check_plan_ran_once(sweep: dict[str, Any], trials: list[dict[str, Any]],
 # ---------------------------------------------------------------- the tests
 
 
+@pytest.mark.timeout(1200)
 def test_sweep_of_100_trials_through_the_cli(shipyard, cluster, custom_objects, tmp_path
                                              ) -> None:
     ns = shipyard.namespace
@@ -360,6 +361,7 @@ def test_bad_tasks_are_named_and_counted_as_errors_and_unscored_slots_retried(
 
 
 @pytest.mark.optin
+@pytest.mark.timeout(2400)
 def test_operator_killed_three_times_during_a_200_trial_sweep(shipyard, operator,
                                                               custom_objects) -> None:
     ns = shipyard.namespace
@@ -442,6 +444,7 @@ print(json.dumps({"n_total": job.n_total_trials, "evals": sorted(job.stats.evals
 
 
 @pytest.mark.optin
+@pytest.mark.timeout(2400)
 def test_sweep_results_load_with_harbors_own_models(shipyard, cluster, custom_objects,
                                                     tmp_path) -> None:
     python = harbor_python()
