@@ -103,7 +103,7 @@ def main() -> int:
             operator.wait(30)
         except subprocess.TimeoutExpired:
             operator.kill()
-        for plural in ("sweeps", "trials"):  # the operator is gone: drop its finalizers
+        for plural in ("sweeps", "trials", "tasks"):  # the operator is gone: no finalizers
             for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                             plural)["items"]:
                 custom.patch_namespaced_custom_object(
