@@ -45,12 +45,15 @@ def _seconds(env: str, default: float) -> float:
         return default
 
 
-STATUS_INTERVAL = _seconds("SHIPYARD_SWEEP_STATUS_INTERVAL_SEC", 5.0)
-"""At most one status write per Sweep per this many seconds."""
+STATUS_INTERVAL = _seconds("SHIPYARD_SWEEP_STATUS_INTERVAL_SEC", 10.0)
+"""At most one status write per Sweep per this many seconds while only the progress changes
+(a write per 10 s keeps the Sweep's own requests near one per Trial)."""
+CONDITION_INTERVAL = 2.0
+"""A change of condition (Complete, Suspended, Failed, TasksReady) is written sooner."""
 TASK_WAIT = _seconds("SHIPYARD_TASK_WAIT_SEC", TASK_WAIT_SEC)
 """How long a missing Task is waited for (the same setting as a Trial's)."""
 DEBOUNCE = 0.5  # after a wake-up, let a burst of Trial events land first
-TASKS_REFRESH = 30.0  # the namespace's Tasks are listed again after this long
+TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
 IDLE_WAIT = 60.0
 PENDING_RECHECK = 5.0
@@ -192,7 +195,10 @@ class SweepDriver:
         wanted = status.model_dump(by_alias=True, mode="json")
         if wanted == self.written:
             return IDLE_WAIT
-        due = self.written_at + STATUS_INTERVAL - time.monotonic()
+        interval = STATUS_INTERVAL
+        if _conditions(wanted) != _conditions(self.written):
+            interval = CONDITION_INTERVAL
+        due = self.written_at + interval - time.monotonic()
         if due > 0:
             return due
         await asyncio.to_thread(kube.write_status, self.namespace, self.name, wanted)
@@ -225,6 +231,11 @@ class SweepDriver:
                              conditions=[failed])
         await self.write(sweep, status)
         return IDLE_WAIT
+
+
+def _conditions(status: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    return [(c.get("type"), c.get("status"), c.get("reason"))
+            for c in (status or {}).get("conditions") or []]
 
 
 def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:
