@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 
+from shipyard.api.conventions import FINISHED_PHASES, selector_string, sweep_selector
 from shipyard.api.sweep import SweepSpec
-from shipyard.plan.sweep import expand, sweep_selector, trial_name
-from shipyard.reconcile.metrics import pass_at_k
+from shipyard.plan.sweep import expand, trial_name
+from shipyard.taskformat import pass_at_k
 from tests.e2e.conftest import GROUP, VERSION
 from tests.e2e.test_cli import ok, shipyard_cli
 
 BUSYBOX = "localhost/shipyard/busybox:latest"
-FINISHED = ("Completed", "Failed")
+FINISHED = FINISHED_PHASES
 
 
 def trivial_task(directory: Path, reward_file: bool = True) -> Path:
@@ -183,8 +184,9 @@ def complete(sweep: dict[str, Any]) -> bool:
 
 
 def sweep_trials(custom_objects, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = selector_string(sweep_selector(name))
     return custom_objects.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "trials", label_selector=sweep_selector(name))["items"]
+        GROUP, VERSION, namespace, "trials", label_selector=selector)["items"]
 
 
 def check_plan_ran_once(sweep: dict[str, Any], trials: list[dict[str, Any]],

@@ -1,8 +1,11 @@
-"""Version skew between the CRDs and the operator: Helm upgrades apply the new CRDs first, so
-an operator may read objects with fields (often defaulted by the API server) that it does not
-know yet. The API server already prunes fields its schema does not know, so the only unknown
-fields an operator can meet are such newer ones: it drops them instead of failing the object
-(the models forbid extra fields to catch mistakes in the code, not in the cluster)."""
+"""Reading objects from the cluster with models that forbid extra fields (to catch mistakes in
+the code): the fields a model does not know are dropped first, at every level.
+
+Two kinds of such fields reach the operator: kopf's own bookkeeping next to ours in `status`,
+and version skew. Helm upgrades apply the new CRDs first, and the API server fills in a newer
+CRD's scalar defaults (e.g. `spec.agent.install`), so an older operator meets fields it does
+not know yet. The API server prunes fields its schema does not know, so those are the only
+unknown fields there can be."""
 
 from __future__ import annotations
 

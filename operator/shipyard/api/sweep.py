@@ -33,11 +33,9 @@ class SweepTasks(Model):
 
 
 class SweepAgent(AgentSpec):
-    """A Trial agent, plus the model it is evaluated with and its own concurrency limit."""
+    """A Trial agent and its own concurrency limit. Its `model` is part of the eval key
+    (agent__model__dataset, as Harbor) and reaches a `command` agent as SHIPYARD_MODEL."""
 
-    model: str | None = Field(
-        default=None, description="Model name: part of the eval key "
-        "(agent__model__dataset, as Harbor) and exported to the agent as SHIPYARD_MODEL.")
     parallelism: int | None = Field(
         default=None, ge=1, description="Non-terminal Trials of this agent at once "
         "(Harbor's per-agent n_concurrent).")

@@ -7,22 +7,23 @@ Shipyard does not know is null (token counts, costs, tracebacks, model info), ne
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import LABEL_SWEEP, is_finished_phase
-from shipyard.plan.sweep import ANNOTATION_DATASET
+from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase
+from shipyard.api.reasons import HarborError
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
     exception_info,
     exception_record,
     exception_type,
 )
-from shipyard.reconcile.metrics import pass_at_k as harbor_pass_at_k
 from shipyard.taskformat import aggregate_mean
+from shipyard.taskformat import pass_at_k as harbor_pass_at_k
 
 DATASET = "adhoc"  # Harbor's name for trials that belong to no dataset
 
@@ -96,7 +97,7 @@ def _step_results(trial: Mapping[str, Any]) -> list[dict[str, Any]]:
         timed_out = agent_timeout(r for r in records if r.get("step") == name)
         info = None
         if timed_out is not None:
-            info = exception_record("AgentTimeoutError",
+            info = exception_record(HarborError.AGENT_TIMEOUT,
                                     timed_out.get("message") or "Agent execution timed out",
                                     timed_out.get("finishedAt"), trial)
         elif error:
@@ -239,7 +240,7 @@ def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
         "n_pending_trials": sum(1 for p in phases if p == "Pending"),
         "n_cancelled_trials": sum(
             1 for r in results if (r["exception_info"] or {}).get("exception_type")
-            == "CancelledError"
+            == HarborError.CANCELLED
         ),
         "n_retries": sum(len((t.get("status") or {}).get("attempts") or []) for t in trials),
         **_usage_totals(results),
@@ -268,3 +269,46 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
         "stats": job_stats(results, list(trials)),
         "trial_results": results,
     }
+
+
+# ---------------------------------------------------------------- Harbor's job directory
+
+
+def harbor_log_path(key: str, agent: str) -> str | None:
+    """Where a logs ConfigMap key goes in Harbor's trial directory (None: nowhere)."""
+    names = {"agent.log": f"agent/{agent}.txt", "agent.trajectory.json": "agent/trajectory.json",
+             "verifier.log": "verifier/test-stdout.txt"}
+    for suffix, path in names.items():
+        if key == suffix:
+            return path
+        if key.endswith("." + suffix):
+            return f"steps/{key.removesuffix('.' + suffix)}/{path}"
+    return None
+
+
+def _reward_file(rewards: Mapping[str, Any]) -> tuple[str, str]:
+    if set(rewards) == {"reward"}:
+        return "reward.txt", f"{rewards['reward']:g}\n"
+    return "reward.json", json.dumps(rewards) + "\n"
+
+
+def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> dict[str, str]:
+    """A trial directory as Harbor lays it out, relative path → text: result.json, the
+    rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
+    ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt`."""
+    files = {"result.json": json.dumps(result, indent=2) + "\n"}
+    rewards = (result.get("verifier_result") or {}).get("rewards")
+    if rewards is not None:
+        name, text = _reward_file(rewards)
+        files[f"verifier/{name}"] = text
+    for step in result.get("step_results") or []:
+        step_rewards = (step.get("verifier_result") or {}).get("rewards")
+        if step_rewards is not None:
+            name, text = _reward_file(step_rewards)
+            files[f"steps/{step['step_name']}/verifier/{name}"] = text
+    agent = (result.get("agent_info") or {}).get("name", "agent")
+    for key, text in (logs or {}).items():
+        path = harbor_log_path(key, agent)
+        if path is not None:
+            files[path] = text
+    return files

@@ -12,7 +12,7 @@ from typing import Any, get_args
 import click
 from rich.live import Live
 
-from shipyard.api.models import AgentSpec
+from shipyard.api.models import GROUP, VERSION, AgentSpec
 from shipyard.cli.common import NAMESPACE_OPTION, err, fail, namespace_or_default, out
 from shipyard.cli.run_cmd import parse_env
 from shipyard.cli.sweep_view import (
@@ -21,7 +21,6 @@ from shipyard.cli.sweep_view import (
     state,
     sweep_body,
     sweep_view,
-    trial_files,
 )
 
 AGENTS = get_args(AgentSpec.model_fields["name"].annotation)
@@ -149,8 +148,7 @@ def run_cmd(targets: tuple[str, ...], agents: tuple[str, ...], models: tuple[str
     body = sweep_body(tasks, specs, name=name, prefix=prefix.lower(), attempts=attempts,
                       parallelism=parallelism, per_task_parallelism=per_task_parallelism,
                       dataset=dataset, template=template)
-    created = custom().create_namespaced_custom_object("shipyard.dev", "v1alpha1", ns,
-                                                       "sweeps", body)
+    created = custom().create_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", body)
     sweep_name = created["metadata"]["name"]
     total = len(tasks) * len(specs) * attempts
     if not watch:
@@ -293,14 +291,16 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     """A sweep's results: Harbor's JobResult (stats, metrics, pass@k per eval key) over the
     current Trial of each plan slot; with -o, DIR/result.json and DIR/<trial>/result.json,
     rewards and logs, as Harbor writes a job."""
+    from shipyard.api.conventions import selector_string, sweep_selector
+    from shipyard.cli.get_cmd import trial_logs, write_job_dir
     from shipyard.cli.harbor_results import job_result
-    from shipyard.kube.trials import configmap_data, list_objects
-    from shipyard.plan.sweep import sweep_selector
+    from shipyard.kube.trials import list_objects
 
     ns = namespace_or_default(namespace)
     obj = _get_sweep(ns, name)
     uid = obj["metadata"].get("uid")
-    trials = [t for t in list_objects("trials", ns, sweep_selector(name))
+    selector = selector_string(sweep_selector(name))
+    trials = [t for t in list_objects("trials", ns, selector)
               if any(o.get("uid") == uid for o in t["metadata"].get("ownerReferences") or [])]
     trials.sort(key=lambda t: t["metadata"]["name"])
     kept, superseded = current_trials(trials)
@@ -313,18 +313,7 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     job["finished_at"] = status.get("completionTime")
     job["stats"]["n_retries"] += superseded
     if output_dir is not None:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        summary = {k: v for k, v in job.items() if k != "trial_results"}
-        (output_dir / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
-        by_name = {t["metadata"]["name"]: t for t in kept}
-        for result in job["trial_results"]:
-            trial = by_name[result["trial_name"]]
-            cm = (trial.get("status") or {}).get("logsConfigMap")
-            logs = configmap_data(ns, cm) if cm else None
-            for rel, text in trial_files(trial, result, logs).items():
-                path = output_dir / result["trial_name"] / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+        write_job_dir(output_dir, job, trial_logs(kept))
         err().print(f"wrote {output_dir}/result.json and {len(kept)} trial directories")
     if as_json:
         click.echo(json.dumps(job, indent=2))

@@ -1,10 +1,8 @@
-"""Pure pieces of `shipyard sweep`: the Sweep manifest, the live progress view, table rows, and
-the files of Harbor's job directory layout. Plain dicts in; strings, dicts or rich
-renderables out (unit-tested without a cluster)."""
+"""Pure pieces of `shipyard sweep`: the Sweep manifest, the live progress view and table rows.
+Plain dicts in; strings, dicts or rich renderables out (unit-tested without a cluster)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -14,6 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from shipyard.api.conventions import MANAGED_BY
 from shipyard.api.models import API_VERSION
 from shipyard.cli.formatting import age, condition, number, parse_time
 
@@ -33,7 +32,7 @@ def sweep_body(tasks: Sequence[str], agents: Sequence[Mapping[str, Any]], *, nam
         spec["dataset"] = dataset
     if template:
         spec["trialTemplate"] = dict(template)
-    metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/managed-by": "shipyard"}}
+    metadata: dict[str, Any] = {"labels": dict(MANAGED_BY)}
     if name:
         metadata["name"] = name
     else:
@@ -134,34 +133,3 @@ def progress_line(sweep: Mapping[str, Any], now: datetime) -> str:
             f"{counts.get('running', 0)} running, {counts.get('errored', 0)} errors, mean "
             f"{number(status.get('mean')) or '-'}, {eta(sweep, now)}" + (f" | {evals}"
                                                                           if evals else ""))
-
-
-# ---------------------------------------------------------------- Harbor's job directory
-
-
-def trial_files(trial: Mapping[str, Any], result: Mapping[str, Any],
-                logs: Mapping[str, str] | None) -> dict[str, str]:
-    """A trial directory as Harbor lays it out: result.json, the rewards under verifier/ and
-    the logs (agent/<agent>.txt, verifier/test-stdout.txt; per step under steps/<name>/)."""
-    files = {"result.json": json.dumps(result, indent=2) + "\n"}
-    rewards = (result.get("verifier_result") or {}).get("rewards")
-    if rewards is not None:
-        if set(rewards) == {"reward"}:
-            files["verifier/reward.txt"] = f"{rewards['reward']:g}\n"
-        else:
-            files["verifier/reward.json"] = json.dumps(rewards) + "\n"
-    agent = (result.get("agent_info") or {}).get("name", "agent")
-    for key, text in (logs or {}).items():
-        if not key.endswith(".log"):
-            continue
-        parts = key[:-len(".log")].split(".")
-        kind, step = parts[-1], ".".join(parts[:-1])
-        name = f"agent/{agent}.txt" if kind == "agent" else (
-            "verifier/test-stdout.txt" if kind == "verifier" else f"{kind}.txt")
-        files[f"steps/{step}/{name}" if step else name] = text
-    for step in result.get("step_results") or []:
-        step_rewards = (step.get("verifier_result") or {}).get("rewards")
-        if step_rewards is not None:
-            files[f"steps/{step['step_name']}/verifier/reward.json"] = \
-                json.dumps(step_rewards) + "\n"
-    return files

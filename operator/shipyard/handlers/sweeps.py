@@ -22,10 +22,12 @@ import kopf
 from pydantic import ValidationError
 
 from shipyard.api.compat import known_fields
+from shipyard.api.conventions import LABEL_SWEEP, iso, parse_time, selector_string, sweep_selector
 from shipyard.api.models import GROUP, VERSION, Condition
+from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
 from shipyard.kube import sweeps as kube
-from shipyard.plan.sweep import LABEL_SWEEP, expand, sweep_selector, trial_body
+from shipyard.plan.sweep import expand, trial_body
 from shipyard.reconcile.sweep_status import (
     TASK_WAIT_SEC,
     ObservedTrial,
@@ -35,7 +37,6 @@ from shipyard.reconcile.sweep_status import (
     resolve_tasks,
     sweep_status,
 )
-from shipyard.reconcile.trial_machine import parse_iso
 
 
 def _seconds(env: str, default: float) -> float:
@@ -144,7 +145,7 @@ class SweepDriver:
 
     async def resync(self) -> None:
         items = await asyncio.to_thread(kube.list_trials, self.namespace,
-                                        sweep_selector(self.name))
+                                        selector_string(sweep_selector(self.name)))
         seen = set()
         for item in items:
             trial = observe(item)
@@ -174,7 +175,7 @@ class SweepDriver:
             self.tasks_at, self.generation = clock, generation
         if clock - self.synced_at > RESYNC:
             await self.resync()
-        created = parse_iso(sweep["metadata"].get("creationTimestamp")) or now
+        created = parse_time(sweep["metadata"].get("creationTimestamp")) or now
         tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(), TASK_WAIT)
         slots = expand([t.name for t in tasks], spec)
         for slot, gen in admit(spec, slots, tasks, list(self.index.trials.values())):
@@ -216,7 +217,7 @@ class SweepDriver:
             if c["type"] == "TasksReady" and c["status"] == "True":
                 continue
             warning = c["type"] == "Failed" or (c["type"] == "TasksReady"
-                                                and c["reason"] != "WaitingForTasks")
+                                                and c["reason"] != Reason.WAITING_FOR_TASKS)
             kopf.event(self.body, type="Warning" if warning else "Normal",
                        reason=c["reason"], message=c["message"][:1000])
 
@@ -224,8 +225,8 @@ class SweepDriver:
                       ) -> float:
         problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                              for e in exc.errors()[:5])
-        failed = Condition(type="Failed", status="True", reason="InvalidSpec", message=problems,
-                           last_transition_time=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        failed = Condition(type="Failed", status="True", reason=Reason.INVALID_SPEC,
+                           message=problems, last_transition_time=iso(now),
                            observed_generation=sweep["metadata"].get("generation"))
         status = SweepStatus(observed_generation=failed.observed_generation,
                              conditions=[failed])

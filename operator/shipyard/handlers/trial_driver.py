@@ -16,7 +16,6 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import kopf
 from pydantic import ValidationError
@@ -72,7 +71,8 @@ class TrialDriver:
         self.namespace = body["metadata"]["namespace"]
         self.name = body["metadata"]["name"]
         self.generation = body["metadata"].get("generation")
-        self.status = TrialStatus.model_validate(_known_status(body.get("status") or {}))
+        status = known_fields(TrialStatus, body.get("status") or {})  # not kopf's fields
+        self.status = TrialStatus.model_validate(status)
         self.saved = self.status  # what the Trial's status says (self.status may be ahead)
         self.pending_logs: dict[str, str] = {}
         self.waker = waker(self.namespace, self.name)
@@ -515,14 +515,6 @@ def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
     return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
                           kube_network.apiserver_addresses())
-
-
-def _known_status(status: dict[str, Any]) -> dict[str, Any]:
-    """Our status fields only (kopf keeps its own bookkeeping next to them)."""
-    fields = set()
-    for name, info in TrialStatus.model_fields.items():
-        fields.add(info.alias or name)
-    return {k: v for k, v in status.items() if k in fields}
 
 
 def _validation_message(e: ValidationError) -> str:

@@ -4,37 +4,26 @@ the same slot twice is a 409, never a duplicate. Pure and deterministic."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shipyard.api.models import API_VERSION, AgentSpec
+from shipyard.api.conventions import (
+    ANNOTATION_AGENT_KEY,
+    ANNOTATION_DATASET,
+    LABEL_AGENT,
+    LABEL_ATTEMPT,
+    LABEL_RETRY,
+    LABEL_TASK,
+    MANAGED_BY,
+    MODEL_ENV,
+    label_value,
+    sweep_selector,
+    sweep_trial_name,
+)
+from shipyard.api.models import API_VERSION
 from shipyard.api.sweep import SweepAgent, SweepSpec
-
-DOMAIN = "shipyard.dev"
-LABEL_SWEEP = f"{DOMAIN}/sweep"
-LABEL_TASK = f"{DOMAIN}/task"
-LABEL_AGENT = f"{DOMAIN}/agent"
-LABEL_ATTEMPT = f"{DOMAIN}/attempt"
-LABEL_RETRY = f"{DOMAIN}/retry"
-"""The retry generation of a plan slot: 0 for its first Trial, n for its n-th retry."""
-ANNOTATION_AGENT_KEY = f"{DOMAIN}/agent-key"
-ANNOTATION_MODEL = f"{DOMAIN}/model"
-ANNOTATION_DATASET = f"{DOMAIN}/dataset"
-MODEL_ENV = "SHIPYARD_MODEL"
-TRIAL_AGENT_FIELDS = frozenset(AgentSpec.model_fields)
-MAX_PREFIX = 40
-MAX_LABEL = 63
-
-
-def label_value(value: str) -> str:
-    """A valid label value (at most 63 characters), shortened with a hash when needed."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "_", value).strip("_.-") or "x"
-    if len(value) <= MAX_LABEL:
-        return value
-    return f"{value[:54].rstrip('-._')}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
+from shipyard.plan.agents import bare_model
 
 
 def agent_key(agent: SweepAgent) -> str:
@@ -43,8 +32,9 @@ def agent_key(agent: SweepAgent) -> str:
 
 
 def eval_key(agent: str, model: str | None, dataset: str) -> str:
-    """Harbor's `JobStats.format_agent_evals_key`."""
-    return f"{agent}__{model}__{dataset}" if model else f"{agent}__{dataset}"
+    """Harbor's `JobStats.format_agent_evals_key`: the model by its name without the provider
+    (Harbor's `ModelInfo.name`)."""
+    return f"{agent}__{bare_model(model)}__{dataset}" if model else f"{agent}__{dataset}"
 
 
 def dataset_name(sweep_name: str, spec: SweepSpec) -> str:
@@ -85,17 +75,7 @@ def duplicate_agents(spec: SweepSpec) -> list[str]:
 
 
 def trial_name(sweep: str, slot: Slot, generation: int = 0) -> str:
-    """`<sweep>-<10 hex of sha256(sweep, task, agent, attempt)>`, `-r<n>` for the n-th retry."""
-    digest = hashlib.sha256(
-        "\0".join((sweep, slot.task, slot.agent_key, str(slot.attempt))).encode()
-    ).hexdigest()[:10]
-    prefix = sweep[:MAX_PREFIX].rstrip("-.")
-    return f"{prefix}-{digest}" + (f"-r{generation}" if generation else "")
-
-
-def sweep_selector(sweep: str) -> str:
-    """The label selector of a Sweep's Trials."""
-    return f"{LABEL_SWEEP}={label_value(sweep)}"
+    return sweep_trial_name(sweep, slot.task, slot.agent_key, slot.attempt, generation)
 
 
 def owner_reference(sweep: Mapping[str, Any]) -> dict[str, Any]:
@@ -110,11 +90,10 @@ def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation
     the sweep, task, agent, attempt and retry generation, owned by the Sweep."""
     name = sweep["metadata"]["name"]
     agent = spec.agents[slot.agent]
-    # The model goes to the Trial's agent when Trials know models (installed agents), and
-    # always to the agent's environment as SHIPYARD_MODEL (a command agent reads it there).
-    sweep_only = {"parallelism"} | ({"model"} if "model" not in TRIAL_AGENT_FIELDS else set())
-    agent_spec = agent.model_dump(by_alias=True, exclude_defaults=True, exclude=sweep_only,
-                                  mode="json")
+    # The model is the Trial agent's model (installed agents) and, for a command agent, in
+    # its environment as SHIPYARD_MODEL.
+    agent_spec = agent.model_dump(by_alias=True, exclude_defaults=True,
+                                  exclude={"parallelism"}, mode="json")
     agent_spec["name"] = agent.name
     if agent.model and not any(e.name == MODEL_ENV for e in agent.env):
         agent_spec["env"] = [*agent_spec.get("env", []), {"name": MODEL_ENV,
@@ -123,8 +102,6 @@ def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation
                                                 mode="json")
     annotations = {ANNOTATION_AGENT_KEY: slot.agent_key,
                    ANNOTATION_DATASET: dataset_name(name, spec)}
-    if agent.model:
-        annotations[ANNOTATION_MODEL] = agent.model
     return {
         "apiVersion": API_VERSION,
         "kind": "Trial",
@@ -132,8 +109,8 @@ def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation
             "name": trial_name(name, slot, generation),
             "namespace": sweep["metadata"].get("namespace"),
             "labels": {
-                "app.kubernetes.io/managed-by": "shipyard",
-                LABEL_SWEEP: label_value(name),
+                **MANAGED_BY,
+                **sweep_selector(name),
                 LABEL_TASK: label_value(slot.task),
                 LABEL_AGENT: label_value(slot.agent_key),
                 LABEL_ATTEMPT: str(slot.attempt),

@@ -6,29 +6,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shipyard.api.conventions import condition
+from shipyard.api.reasons import HarborError, Reason
+
 # Failed-condition reasons → the exception Harbor would have recorded for the same outcome.
-EXCEPTION_TYPES = {
-    "AgentFailed": "NonZeroAgentExitCodeError",
-    "AgentTimeout": "AgentTimeoutError",
-    "VerifierTimeout": "VerifierTimeoutError",
-    "RewardFileMissing": "RewardFileNotFoundError",
-    "RewardFileEmpty": "RewardFileEmptyError",
-    "RewardFileInvalid": "VerifierOutputParseError",
-    "HealthcheckFailed": "HealthcheckError",
-    "EnvironmentStartTimeout": "EnvironmentStartTimeoutError",
-    "Cancelled": "CancelledError",
+EXCEPTION_TYPES: dict[str, str] = {
+    Reason.AGENT_FAILED: HarborError.NON_ZERO_AGENT_EXIT,
+    Reason.AGENT_TIMEOUT: HarborError.AGENT_TIMEOUT,
+    Reason.VERIFIER_TIMEOUT: HarborError.VERIFIER_TIMEOUT,
+    Reason.REWARD_FILE_MISSING: HarborError.REWARD_FILE_NOT_FOUND,
+    Reason.REWARD_FILE_EMPTY: HarborError.REWARD_FILE_EMPTY,
+    Reason.REWARD_FILE_INVALID: HarborError.VERIFIER_OUTPUT_PARSE,
+    Reason.HEALTHCHECK_FAILED: HarborError.HEALTHCHECK,
+    Reason.ENVIRONMENT_START_TIMEOUT: HarborError.ENVIRONMENT_START_TIMEOUT,
+    Reason.CANCELLED: HarborError.CANCELLED,
 }
 
 
 def exception_type(reason: str) -> str:
-    return EXCEPTION_TYPES.get(reason, f"{reason}Error" if reason else "UnknownError")
-
-
-def _condition(status: Mapping[str, Any], *types: str) -> dict[str, Any] | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") in types and cond.get("status") == "True":
-            return cond
-    return None
+    """Harbor's exception name for a reason; `<Reason>Error` for Shipyard's own (PodLost…)."""
+    return str(EXCEPTION_TYPES.get(reason, f"{reason}Error" if reason else "UnknownError"))
 
 
 def agent_timeout(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -55,7 +52,7 @@ def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
     (e.g. AgentTimeoutError, NonZeroAgentExitCodeError; the trial may still have a reward),
     else an agent timeout seen in the phases, else the reason the trial failed."""
     status = trial.get("status") or {}
-    failed = _condition(status, "Failed")
+    failed = condition(status.get("conditions"), "Failed")
     error = status.get("error")
     if error and error.get("type"):  # the operator records Harbor's exception names
         kind = error["type"]
@@ -64,7 +61,7 @@ def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
                                 (failed or {}).get("lastTransitionTime"), trial)
     timed_out = agent_timeout(status.get("phases") or [])
     if timed_out is not None:
-        return exception_record("AgentTimeoutError",
+        return exception_record(HarborError.AGENT_TIMEOUT,
                                 timed_out.get("message") or "Agent execution timed out",
                                 timed_out.get("finishedAt"), trial)
     if failed is None:

@@ -14,32 +14,31 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from shipyard.api.models import Condition
-from shipyard.api.sweep import EvalStats, LabelSelector, SweepCounts, SweepSpec, SweepStatus
-from shipyard.plan.sweep import (
+from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
-    ANNOTATION_DATASET,
-    ANNOTATION_MODEL,
     LABEL_ATTEMPT,
     LABEL_RETRY,
+    condition,
+    is_finished_phase,
+    iso,
+)
+from shipyard.api.models import Condition
+from shipyard.api.reasons import HarborError, Reason
+from shipyard.api.sweep import EvalStats, LabelSelector, SweepCounts, SweepSpec, SweepStatus
+from shipyard.plan.sweep import (
     Slot,
     agent_key,
     dataset_name,
     duplicate_agents,
     eval_key,
 )
-from shipyard.reconcile.harbor_outcome import exception_info
-from shipyard.reconcile.metrics import aggregate_rewards, pass_at_k
+from shipyard.reconcile.harbor_outcome import exception_info, exception_type
+from shipyard.taskformat import aggregate_rewards, pass_at_k
 
-FINISHED = ("Completed", "Failed")
 TASK_WAIT_SEC = 60.0
 """A Task named by a Sweep but missing is waited for this long after the Sweep's creation
 (GitOps tools apply in any order), then its slots count as errors."""
 MAX_NAMED = 10  # tasks named in one condition message
-
-
-def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------- observing Trials
@@ -57,8 +56,6 @@ class ObservedTrial:
     phase: str
     rewards: dict[str, float] | None
     exception: str | None
-    model: str | None
-    dataset: str | None
     resource_version: str = ""
     tokens: tuple[int | None, int | None, int | None, float | None] = (None, None, None, None)
 
@@ -68,7 +65,7 @@ class ObservedTrial:
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        return is_finished_phase(self.phase)
 
 
 def _number(source: Mapping[str, Any], *names: str) -> Any:
@@ -104,8 +101,9 @@ def observe(trial: Mapping[str, Any]) -> ObservedTrial | None:
         return None
     key = annotations.get(ANNOTATION_AGENT_KEY) or (spec.get("agent") or {}).get("name", "")
     phase = status.get("phase") or "Pending"
-    rewards = status.get("rewards") if phase in FINISHED else None
-    info = exception_info(trial) if phase in FINISHED else None
+    finished = is_finished_phase(phase)
+    rewards = status.get("rewards") if finished else None
+    info = exception_info(trial) if finished else None
     return ObservedTrial(
         name=meta.get("name", ""),
         task=(spec.get("taskRef") or {}).get("name", ""),
@@ -115,8 +113,6 @@ def observe(trial: Mapping[str, Any]) -> ObservedTrial | None:
         phase=phase,
         rewards=dict(rewards) if isinstance(rewards, Mapping) else None,
         exception=(info or {}).get("exception_type"),
-        model=annotations.get(ANNOTATION_MODEL),
-        dataset=annotations.get(ANNOTATION_DATASET),
         resource_version=str(meta.get("resourceVersion") or ""),
         tokens=agent_tokens(status),
     )
@@ -166,14 +162,14 @@ def task_state(name: str, task: Mapping[str, Any] | None, waited: float,
             return TaskState(name, "pending", f"task {name} not found yet")
         return TaskState(name, "missing", f"task {name} not found")
     meta, status = task.get("metadata") or {}, task.get("status") or {}
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = condition(status.get("conditions"), "Ready", status=None)
     observed = status.get("observedGeneration")
     if ready is None or (observed is not None and observed < meta.get("generation", 0)):
         return TaskState(name, "pending", f"task {name} is not validated yet")
     if ready.get("status") == "True":
         return TaskState(name, "ready")
-    reason = ready.get("reason") or "TaskInvalid"
-    if reason == "BundleNotFound" and waited < task_wait:
+    reason = ready.get("reason") or Reason.TASK_INVALID
+    if reason == Reason.BUNDLE_NOT_FOUND and waited < task_wait:
         return TaskState(name, "pending", f"task {name}: {ready.get('message', reason)}")
     return TaskState(name, "invalid", f"task {name}: {reason}: {ready.get('message', '')}")
 
@@ -309,9 +305,8 @@ def _add_tokens(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
 
 def _condition(type_: str, status: str, reason: str, message: str, now: datetime,
                generation: int | None, previous: Sequence[Mapping[str, Any]]) -> Condition:
-    before = next((c for c in previous if c.get("type") == type_), None)
-    since = (before.get("lastTransitionTime") if before and before.get("status") == status
-             else None) or _iso(now)
+    before = condition(previous, type_, status=status)
+    since = (before or {}).get("lastTransitionTime") or iso(now)
     return Condition(type=type_, status=status, reason=reason, message=message,
                      last_transition_time=since, observed_generation=generation)
 
@@ -349,8 +344,8 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         current = ledger.current(slot)
         if current is None:
             if slot.task in bad:
-                kind = "TaskNotFoundError" if bad[slot.task].state == "missing" \
-                    else "TaskInvalidError"
+                kind = exception_type(Reason.TASK_NOT_FOUND if bad[slot.task].state == "missing"
+                                      else Reason.TASK_INVALID)
                 completed.append(slot.index)
                 failed.append(slot.index)
                 counts.completed += 1
@@ -372,7 +367,7 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
             counts.failed += 1
         if current.exception:
             counts.errored += 1
-            if current.exception == "CancelledError":
+            if current.exception == HarborError.CANCELLED:
                 counts.cancelled += 1
         stats.add(slot.task, current.rewards, current.exception, current.tokens)
 
@@ -399,10 +394,11 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     conditions = []
     problem = None
     if duplicate_agents(spec):
-        problem = ("DuplicateAgents", "spec.agents: the same agent and model appear more than "
-                   f"once ({', '.join(duplicate_agents(spec))}); give each a different model")
+        problem = (Reason.DUPLICATE_AGENTS, "spec.agents: the same agent and model appear "
+                   f"more than once ({', '.join(duplicate_agents(spec))}); give each a "
+                   "different model")
     elif not tasks:
-        problem = ("NoTasks", "spec.tasks selects no Task (names "
+        problem = (Reason.NO_TASKS, "spec.tasks selects no Task (names "
                    f"{spec.tasks.names or '[]'}, selector "
                    f"{spec.tasks.selector.model_dump(by_alias=True, exclude_defaults=True) if spec.tasks.selector else 'none'})")  # noqa: E501
     done = bool(slots) and counts.completed == counts.planned and not any(
@@ -414,19 +410,19 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     elif done:
         mean = f", mean {overall['mean']:.4g}" if "mean" in overall else ""
         conditions.append(_condition(
-            "Complete", "True", "AllTrialsFinished",
+            "Complete", "True", Reason.ALL_TRIALS_FINISHED,
             f"{counts.completed}/{counts.planned} trials finished, {counts.errored} "
             f"error(s){mean}", now, generation, previous))
     if spec.suspend and not done:
-        conditions.append(_condition("Suspended", "True", "Suspended",
+        conditions.append(_condition("Suspended", "True", Reason.SUSPENDED,
                                      "spec.suspend: no new Trial is created", now, generation,
                                      previous))
-    elif any(c.get("type") == "Suspended" for c in previous):  # kept False, as a Job's
-        conditions.append(_condition("Suspended", "False", "Resumed", "the sweep resumed", now,
-                                     generation, previous))
+    elif condition(previous, "Suspended", status=None):  # kept False, as a Job's
+        conditions.append(_condition("Suspended", "False", Reason.RESUMED, "the sweep resumed",
+                                     now, generation, previous))
     if bad:
-        reason = "TaskInvalid" if any(t.state == "invalid" for t in bad.values()) \
-            else "TaskNotFound"
+        reason = Reason.TASK_INVALID if any(t.state == "invalid" for t in bad.values()) \
+            else Reason.TASK_NOT_FOUND
         conditions.append(_condition(
             "TasksReady", "False", reason,
             f"{len(bad)} task(s) cannot run, their trials count as errors: "
@@ -434,16 +430,16 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     else:
         waiting = [t for t in tasks if t.state == "pending"]
         if waiting:
-            conditions.append(_condition("TasksReady", "False", "WaitingForTasks",
+            conditions.append(_condition("TasksReady", "False", Reason.WAITING_FOR_TASKS,
                                          _names(waiting), now, generation, previous))
         elif tasks:
-            conditions.append(_condition("TasksReady", "True", "Ready",
+            conditions.append(_condition("TasksReady", "True", Reason.READY,
                                          f"{len(tasks)} task(s) ready", now, generation,
                                          previous))
 
     prior = sweep.get("status") or {}
-    started = prior.get("startTime") or (_iso(now) if counts.created else None)
-    finished_at = (prior.get("completionTime") or _iso(now)) if done else None
+    started = prior.get("startTime") or (iso(now) if counts.created else None)
+    finished_at = (prior.get("completionTime") or iso(now)) if done else None
     return SweepStatus(
         observed_generation=generation,
         conditions=conditions,

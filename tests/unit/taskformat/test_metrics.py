@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.reconcile.metrics import aggregate_rewards, eligible_k, pass_at_k
+from shipyard.taskformat.metrics import aggregate_rewards, eligible_k, pass_at_k
 
 
 def _by_task(scenario: dict[str, list[float | None]]) -> dict[str, list[dict | None]]:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from shipyard.api.models import TrialSpec
-from shipyard.api.sweep import SweepSpec
-from shipyard.plan.sweep import (
+from shipyard.api.conventions import (
+    ANNOTATION_DATASET,
     LABEL_AGENT,
     LABEL_ATTEMPT,
     LABEL_RETRY,
     LABEL_SWEEP,
-    duplicate_agents,
-    expand,
     label_value,
-    trial_body,
-    trial_name,
+    sweep_selector,
 )
+from shipyard.api.models import TrialSpec
+from shipyard.api.sweep import SweepSpec
+from shipyard.plan.sweep import duplicate_agents, eval_key, expand, trial_body, trial_name
 
 SWEEP = {"metadata": {"name": "bench", "namespace": "ns", "uid": "u-1"}}
 
@@ -58,8 +57,8 @@ def test_trial_body_is_the_template_with_task_agent_labels_and_owner() -> None:
     assert meta["labels"][LABEL_ATTEMPT] == "1"
     assert meta["labels"][LABEL_RETRY] == "1"
     assert meta["labels"][LABEL_AGENT] == "command__org_m-1"
-    assert meta["annotations"]["shipyard.dev/model"] == "org/m-1"
-    assert meta["annotations"]["shipyard.dev/dataset"] == "bench"
+    assert meta["annotations"][ANNOTATION_DATASET] == "bench"
+    assert sweep_selector("bench").items() <= meta["labels"].items()
     assert meta["ownerReferences"][0]["kind"] == "Sweep"
     assert meta["ownerReferences"][0]["uid"] == "u-1"
     assert body["spec"]["taskRef"] == {"name": "a"}
@@ -67,7 +66,13 @@ def test_trial_body_is_the_template_with_task_agent_labels_and_owner() -> None:
     assert body["spec"]["environment"] == {"image": "img"}
     assert "parallelism" not in body["spec"]["agent"]
     assert {"name": "SHIPYARD_MODEL", "value": "org/m-1"} in body["spec"]["agent"]["env"]
+    assert body["spec"]["agent"]["model"] == "org/m-1"
     TrialSpec.model_validate(body["spec"])  # a valid Trial spec
+
+
+def test_eval_keys_name_the_model_without_its_provider_as_harbor() -> None:
+    assert eval_key("codex", "openai/gpt-5", "tb2") == "codex__gpt-5__tb2"
+    assert eval_key("oracle", None, "tb2") == "oracle__tb2"
 
 
 def test_duplicate_agents_are_found() -> None:
@@ -79,3 +84,4 @@ def test_duplicate_agents_are_found() -> None:
 def test_label_values_are_valid() -> None:
     assert label_value("a/b:c") == "a_b_c"
     assert len(label_value("x" * 100)) <= 63
+    assert label_value("command__org/m-1") == "command__org_m-1"

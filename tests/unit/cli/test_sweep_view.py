@@ -1,8 +1,7 @@
-"""The CLI's pure sweep pieces: the manifest, the live view, rows and Harbor's trial files."""
+"""The CLI's pure sweep pieces: the manifest, the live view, rows and the sweep's current trials."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -15,7 +14,6 @@ from shipyard.cli.sweep_view import (
     sweep_body,
     sweep_row,
     sweep_view,
-    trial_files,
 )
 
 NOW = datetime(2026, 11, 23, 12, 10, tzinfo=UTC)
@@ -55,20 +53,6 @@ def test_view_row_line_and_eta() -> None:
     done = sweep(completionTime="2026-11-23T12:05:00Z",
                  conditions=[{"type": "Complete", "status": "True"}])
     assert eta(done, NOW) == "took 5m00s"
-
-
-def test_trial_files_follow_harbors_layout() -> None:
-    result = {"trial_name": "t", "agent_info": {"name": "oracle"},
-              "verifier_result": {"rewards": {"reward": 1.0}}, "step_results": []}
-    files = trial_files({}, result, {"agent.log": "a", "verifier.log": "v",
-                                     "s1.agent.log": "x"})
-    assert json.loads(files["result.json"])["trial_name"] == "t"
-    assert files["verifier/reward.txt"] == "1\n"
-    assert files["agent/oracle.txt"] == "a"
-    assert files["verifier/test-stdout.txt"] == "v"
-    assert files["steps/s1/agent/oracle.txt"] == "x"
-    multi = dict(result, verifier_result={"rewards": {"a": 1, "b": 0.5}})
-    assert json.loads(trial_files({}, multi, None)["verifier/reward.json"]) == {"a": 1, "b": 0.5}
 
 
 def test_current_trials_keep_the_latest_retry() -> None:

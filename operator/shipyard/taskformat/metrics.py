@@ -1,5 +1,6 @@
 """Harbor's job metrics, exactly (spec §e.4: `metrics/base.py`, `metrics/mean.py`,
-`utils/pass_at_k.py` of harbor 0.25.0). Shared by the Sweep status and `shipyard results`."""
+`utils/pass_at_k.py` of harbor 0.25.0): Mean (Harbor's default), Sum, Min, Max and pass@k.
+Shared by the Sweep status and `shipyard results`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def aggregate_rewards(rewards: Sequence[Rewards | None], metric: str = "mean"
         return {metric: aggregate(values)}
     return {key: aggregate([0.0 if r is None else r.get(key, 0.0) for r in rewards])
             for key in keys}
+
+
+def aggregate_mean(rewards: Sequence[Rewards | None]) -> dict[str, float]:
+    """Harbor's default job metric (Mean)."""
+    return aggregate_rewards(rewards, "mean")
 
 
 def single_binary(rewards: Rewards | None) -> int | None:
