@@ -113,7 +113,7 @@ def main() -> int:
     status = sweep.get("status") or {}
     text = log.read_text(errors="replace")
     total = re.search(r"shipyard api requests: (\d+)", text)
-    swept = re.search(r"shipyard sweep api requests: (\d+)", text)
+    swept = re.search(r"shipyard sweep api requests: (\d+) (\{.*\})", text)
     counts = status.get("counts") or {}
     print(f"trials planned:          {planned} ({args.tasks} tasks x 2 agents x {attempts})")
     print(f"finished / errors:       {counts.get('completed')} / {counts.get('errored')}, "
@@ -123,7 +123,8 @@ def main() -> int:
     print(f"operator peak RSS:       {rss:.0f} MiB")
     if swept:
         n = int(swept.group(1))
-        print(f"sweep API requests:      {n / planned:.2f} per trial ({n} in all)")
+        kinds = ", ".join(f"{k} {v}" for k, v in json.loads(swept.group(2)).items())
+        print(f"sweep API requests:      {n / planned:.2f} per trial ({n} in all: {kinds})")
     if total:
         n = int(total.group(1))
         print(f"all operator requests:   {n / planned:.1f} per trial ({n} in all)")

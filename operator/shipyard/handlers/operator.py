@@ -15,7 +15,6 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 from shipyard.handlers import config, image_builds, pod_watch, sweeps, tasks, trials  # noqa: F401
 from shipyard.handlers.executor import MeasuredExecutor
 from shipyard.kube.client import requests_made
-from shipyard.kube.sweeps import requests_made as sweep_requests
 
 _executor: MeasuredExecutor | None = None
 
@@ -62,7 +61,6 @@ async def report(logger: logging.Logger, **_: Any) -> None:
     logger.info(f"shipyard api requests: {requests_made()}")
     if _executor is not None:
         logger.info(_executor.summary())
-    logger.info(f"shipyard sweep api requests: {sweep_requests()}")
 
 
 def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:

@@ -3,6 +3,7 @@ listing its Trials and the namespace's Tasks, writing its status."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -11,22 +12,21 @@ from shipyard.api.models import GROUP, VERSION
 from shipyard.kube import objects
 from shipyard.kube.client import custom
 
-_requests = 0
+_requests: Counter[str] = Counter()
 
 
-def _count() -> None:
-    global _requests
-    _requests += 1
+def _count(kind: str) -> None:
+    _requests[kind] += 1
 
 
-def requests_made() -> int:
-    """API requests made for Sweeps (Trial creates, lists, status writes); bench/ reads it."""
-    return _requests
+def requests_made() -> dict[str, int]:
+    """API requests made for Sweeps, by kind (Trial creates, lists, status writes)."""
+    return dict(_requests)
 
 
 def create_trial(namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """The created Trial, or None when one of that name exists already."""
-    _count()
+    _count("create")
     try:
         return custom().create_namespaced_custom_object(GROUP, VERSION, namespace, "trials",
                                                         body)
@@ -37,17 +37,17 @@ def create_trial(namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def list_trials(namespace: str, selector: str) -> list[dict[str, Any]]:
-    _count()
+    _count("list-trials")
     return objects.list_custom("trials", namespace, selector)
 
 
 def list_tasks(namespace: str) -> list[dict[str, Any]]:
-    _count()
+    _count("list-tasks")
     return objects.list_custom("tasks", namespace)
 
 
 def write_status(namespace: str, name: str, status: dict[str, Any]) -> None:
-    _count()
+    _count("status")
     objects.patch_status("sweeps", namespace, name, status)
 
 
