@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,10 +26,10 @@ from shipyard.api.conventions import LABEL_SWEEP, iso, parse_time, selector_stri
 from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
+from shipyard.handlers import config
 from shipyard.kube import sweeps as kube
 from shipyard.plan.sweep import expand, trial_body
 from shipyard.reconcile.sweep_status import (
-    TASK_WAIT_SEC,
     ObservedTrial,
     admit,
     newer,
@@ -39,21 +38,10 @@ from shipyard.reconcile.sweep_status import (
     sweep_status,
 )
 
-
-def _seconds(env: str, default: float) -> float:
-    try:
-        return float(os.environ.get(env, "") or default)
-    except ValueError:
-        return default
-
-
-STATUS_INTERVAL = _seconds("SHIPYARD_SWEEP_STATUS_INTERVAL_SEC", 10.0)
-"""At most one status write per Sweep per this many seconds while only the progress changes
-(a write per 10 s keeps the Sweep's own requests near one per Trial)."""
 CONDITION_INTERVAL = 2.0
-"""A change of condition (Complete, Suspended, Failed, TasksReady) is written sooner."""
-TASK_WAIT = _seconds("SHIPYARD_TASK_WAIT_SEC", TASK_WAIT_SEC)
-"""How long a missing Task is waited for (the same setting as a Trial's)."""
+"""A change of condition (Complete, Suspended, Failed, TasksReady) is written this soon; the
+progress alone at most every `sweep_status_interval_sec` (keeps the Sweep's own requests near
+one per Trial)."""
 DEBOUNCE = 0.5  # after a wake-up, let a burst of Trial events land first
 TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
@@ -136,6 +124,7 @@ class SweepDriver:
                  logger: logging.Logger) -> None:
         self.body, self.namespace, self.name = body, namespace, name
         self.index, self.logger = index, logger
+        self.settings = config.current()
         self.tasks: list[dict[str, Any]] = []
         self.tasks_at = self.synced_at = -1e9
         self.written: dict[str, Any] | None = None
@@ -184,7 +173,8 @@ class SweepDriver:
         if clock - self.synced_at > RESYNC:
             await self.resync()
         created = parse_time(sweep["metadata"].get("creationTimestamp")) or now
-        tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(), TASK_WAIT)
+        tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(),
+                              self.settings.task_wait_sec)
         slots = expand([t.name for t in tasks], spec)
         for slot, gen in admit(spec, slots, tasks, list(self.index.trials.values())):
             made = await asyncio.to_thread(kube.create_trial, self.namespace,
@@ -199,12 +189,12 @@ class SweepDriver:
         return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
 
     async def write(self, sweep: dict[str, Any], status: SweepStatus) -> float:
-        """Write the status when it changed, at most once per STATUS_INTERVAL; returns the
+        """Write the status when it changed, at most once per status interval; returns the
         longest wait before the next pass."""
         wanted = status.model_dump(by_alias=True, mode="json")
         if wanted == self.written:
             return IDLE_WAIT
-        interval = STATUS_INTERVAL
+        interval = self.settings.sweep_status_interval_sec
         if _conditions(wanted) != _conditions(self.written):
             interval = CONDITION_INTERVAL
         due = self.written_at + interval - time.monotonic()

@@ -25,6 +25,7 @@ from shipyard.api.conventions import (
 from shipyard.api.models import Condition
 from shipyard.api.reasons import HarborError, Reason
 from shipyard.api.sweep import EvalStats, LabelSelector, SweepCounts, SweepSpec, SweepStatus
+from shipyard.plan.settings import TASK_WAIT_SEC
 from shipyard.plan.sweep import (
     Slot,
     agent_key,
@@ -35,9 +36,6 @@ from shipyard.plan.sweep import (
 from shipyard.reconcile.harbor_outcome import exception_info, exception_type
 from shipyard.taskformat import aggregate_rewards, pass_at_k
 
-TASK_WAIT_SEC = 60.0
-"""A Task named by a Sweep but missing is waited for this long after the Sweep's creation
-(GitOps tools apply in any order), then its slots count as errors."""
 MAX_NAMED = 10  # tasks named in one condition message
 
 
@@ -157,6 +155,8 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
 
 def task_state(name: str, task: Mapping[str, Any] | None, waited: float,
                task_wait: float = TASK_WAIT_SEC) -> TaskState:
+    """A Task named by a Sweep but missing is waited for `task_wait` seconds after the Sweep's
+    creation (GitOps tools apply in any order), then its slots count as errors."""
     if task is None:
         if waited < task_wait:
             return TaskState(name, "pending", f"task {name} not found yet")
