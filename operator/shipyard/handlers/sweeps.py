@@ -10,7 +10,6 @@ answers 409 means the cache missed a Trial: it is listed again before anything e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -36,12 +35,9 @@ from shipyard.reconcile.sweep_status import (
     observe,
     resolve_tasks,
     sweep_status,
+    write_delay,
 )
 
-CONDITION_INTERVAL = 2.0
-"""A change of condition (Complete, Suspended, Failed, TasksReady) is written this soon; the
-progress alone at most every `sweep_status_interval_sec` (keeps the Sweep's own requests near
-one per Trial)."""
 DEBOUNCE = 0.5  # after a wake-up, let a burst of Trial events land first
 TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
@@ -132,13 +128,22 @@ class SweepDriver:
         self.generation: int | None = None
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
-        await self.resync()
-        while not stopped:
-            wait = await self.reconcile()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.index.event.wait(), wait)
-            self.index.event.clear()
-            await asyncio.sleep(DEBOUNCE)
+        # Stopped (the Sweep deleted, the operator stopping): leave at once, so that kopf
+        # takes its finalizer off the Sweep before a stopping operator is gone.
+        stopping = asyncio.create_task(_until(stopped))
+        try:
+            await self.resync()
+            while not stopped:
+                wait = await self.reconcile()
+                woken = asyncio.create_task(self.index.event.wait())
+                await asyncio.wait({woken, stopping}, timeout=wait,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                self.index.event.clear()
+                if not stopped:
+                    await asyncio.sleep(DEBOUNCE)
+        finally:
+            stopping.cancel()
 
     async def resync(self) -> None:
         items = await asyncio.to_thread(kube.list_trials, self.namespace,
@@ -189,17 +194,16 @@ class SweepDriver:
         return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
 
     async def write(self, sweep: dict[str, Any], status: SweepStatus) -> float:
-        """Write the status when it changed, at most once per status interval; returns the
-        longest wait before the next pass."""
+        """Write the status when `write_delay` says so; returns the longest wait before the
+        next pass."""
         wanted = status.model_dump(by_alias=True, mode="json")
-        if wanted == self.written:
+        written = self.written if self.written is not None else sweep["status"]
+        delay = write_delay(written, wanted, time.monotonic() - self.written_at,
+                            self.settings.sweep_status_interval_sec)
+        if delay is None:
             return IDLE_WAIT
-        interval = self.settings.sweep_status_interval_sec
-        if _conditions(wanted) != _conditions(self.written):
-            interval = CONDITION_INTERVAL
-        due = self.written_at + interval - time.monotonic()
-        if due > 0:
-            return due
+        if delay > 0:
+            return delay
         await asyncio.to_thread(kube.write_status, self.namespace, self.name, wanted)
         self.announce(sweep, wanted)
         self.written, self.written_at = wanted, time.monotonic()
@@ -232,9 +236,8 @@ class SweepDriver:
         return IDLE_WAIT
 
 
-def _conditions(status: dict[str, Any] | None) -> list[tuple[Any, ...]]:
-    return [(c.get("type"), c.get("status"), c.get("reason"))
-            for c in (status or {}).get("conditions") or []]
+async def _until(stopped: kopf.DaemonStopped) -> None:
+    await stopped.wait()
 
 
 def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:

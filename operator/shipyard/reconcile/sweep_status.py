@@ -454,3 +454,36 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         start_time=started,
         completion_time=finished_at,
     )
+
+
+# ---------------------------------------------------------------- when to write it
+
+CONDITION_DELAY = 2.0
+"""A change of condition (Complete, Suspended, Failed, TasksReady) is written this soon."""
+PROGRESS_STEP = 10
+"""Finished slots between two writes of the progress alone (5 % of a smaller plan) ..."""
+HEARTBEAT = 60.0
+"""... or this many seconds, whichever comes first (running counts, mean)."""
+
+
+def _condition_keys(status: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
+    return [(c.get("type"), c.get("status"), c.get("reason"))
+            for c in (status or {}).get("conditions") or []]
+
+
+def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], since: float,
+                interval: float) -> float | None:
+    """Seconds until the `wanted` status (API dicts) should replace the `written` one, `since`
+    seconds after that write: None when there is nothing to write, 0 for now. A condition
+    change goes out within CONDITION_DELAY; the progress alone at most every `interval`
+    seconds and only once PROGRESS_STEP more slots finished or HEARTBEAT seconds passed: the
+    writes stay a small fraction of the Trial creates however slow the Trials are."""
+    if wanted == written:
+        return None
+    if _condition_keys(wanted) != _condition_keys(written):
+        return max(0.0, CONDITION_DELAY - since)
+    counts, before = wanted.get("counts") or {}, (written or {}).get("counts") or {}
+    moved = abs((counts.get("completed") or 0) - (before.get("completed") or 0))
+    step = max(1, min(PROGRESS_STEP, (counts.get("planned") or 0) // 20))
+    wait = interval if moved >= step else max(interval, HEARTBEAT)
+    return max(0.0, wait - since)

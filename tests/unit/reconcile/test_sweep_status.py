@@ -18,6 +18,7 @@ from shipyard.reconcile.sweep_status import (
     observe,
     resolve_tasks,
     sweep_status,
+    write_delay,
 )
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -243,3 +244,26 @@ def test_status_stays_under_64_kib_at_10000_planned_trials() -> None:
     size = len(json.dumps(status.model_dump(by_alias=True, mode="json")))
     assert status.counts.completed == 5000
     assert size <= 64 * 1024, size
+
+
+def _status(completed: int, planned: int = 1000, conditions: list | None = None,
+            running: int = 20) -> dict[str, Any]:
+    return {"counts": {"planned": planned, "completed": completed, "running": running},
+            "conditions": conditions or []}
+
+
+def test_status_writes_are_spaced_by_progress_and_time_and_conditions_go_first() -> None:
+    assert write_delay(_status(5), _status(5), 0.0, 10.0) is None  # nothing changed
+    assert write_delay(None, _status(0), 1e9, 10.0) == 0.0  # the first one
+    # 10 more slots finished: at most every `interval`
+    assert write_delay(_status(0), _status(10), 4.0, 10.0) == 6.0
+    assert write_delay(_status(0), _status(10), 12.0, 10.0) == 0.0
+    # fewer: only after the heartbeat (running counts, mean)
+    assert write_delay(_status(0), _status(3, running=19), 12.0, 10.0) == 48.0
+    # a small plan moves in 5 % steps
+    assert write_delay(_status(0, planned=40), _status(2, planned=40), 12.0, 10.0) == 0.0
+    assert write_delay(_status(0, planned=12), _status(1, planned=12), 12.0, 10.0) == 0.0
+    # a condition changes: within 2 s whatever the interval
+    done = [{"type": "Complete", "status": "True", "reason": "AllTrialsFinished"}]
+    assert write_delay(_status(999), _status(1000, conditions=done), 0.5, 10.0) == 1.5
+
