@@ -19,17 +19,20 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from kubernetes import watch
+from shipyard.api.conventions import FINISHED_PHASES
+from shipyard.api.models import GROUP, VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from concurrent_trials import bench_namespace, peak_rss_mib, start_operator  # noqa: E402
-
-GROUP, VERSION = "shipyard.dev", "v1alpha1"
+from concurrent_trials import (  # noqa: E402
+    bench_namespace,
+    follow_until,
+    peak_rss_mib,
+    start_operator,
+)
 
 
 def task_body(name: str, image: str) -> dict:
@@ -61,17 +64,16 @@ def main() -> int:
     operator, log = start_operator(kubeconfig, namespace)
     phases: dict[str, str] = {}
     most = [0]
-    done = threading.Event()
+    finished: dict[str, tuple[float, bool]] = {}
 
-    def follow() -> None:
-        for event in watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION,
-                                          namespace, "trials", timeout_seconds=int(args.timeout)):
-            obj = event["object"]
-            phases[obj["metadata"]["name"]] = (obj.get("status") or {}).get("phase", "Pending")
-            active = sum(1 for p in phases.values() if p not in ("Completed", "Failed"))
-            most[0] = max(most[0], active)
-            if done.is_set():
-                return
+    def seen(obj: dict) -> tuple[str, bool] | None:
+        """Every Trial event: the most non-terminal Trials at once; (name, ok) when final."""
+        name, status = obj["metadata"]["name"], obj.get("status") or {}
+        phases[name] = status.get("phase") or "Pending"
+        most[0] = max(most[0], sum(1 for p in phases.values() if p not in FINISHED_PHASES))
+        if phases[name] in FINISHED_PHASES:
+            return name, phases[name] == "Completed"
+        return None
 
     sweep: dict = {}
     try:
@@ -79,7 +81,8 @@ def main() -> int:
         for i in range(args.tasks):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks",
                                                    task_body(f"triv-{i:03d}", args.image))
-        threading.Thread(target=follow, daemon=True).start()
+        follow_until(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, "trials"),
+                     planned, args.timeout, seen, finished)
         time.sleep(1)
         began = time.monotonic()
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps", {
@@ -95,7 +98,6 @@ def main() -> int:
                 break
             time.sleep(2)
         wall = time.monotonic() - began
-        done.set()
         rss = peak_rss_mib(operator.pid)
     finally:
         operator.send_signal(signal.SIGTERM)
