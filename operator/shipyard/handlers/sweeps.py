@@ -31,6 +31,7 @@ from shipyard.plan.sweep import expand, trial_body
 from shipyard.reconcile.sweep_status import (
     ObservedTrial,
     admit,
+    is_settled,
     newer,
     observe,
     resolve_tasks,
@@ -102,7 +103,12 @@ async def report_sweep_requests(logger: logging.Logger, **_: Any) -> None:
     logger.info(f"shipyard sweep api requests: {sum(made.values())} {json.dumps(made)}")
 
 
-@kopf.daemon(GROUP, VERSION, "sweeps", cancellation_timeout=10, initial_delay=0)
+def _unsettled(meta: dict[str, Any], status: dict[str, Any], **_: Any) -> bool:
+    return not is_settled(meta, status)
+
+
+@kopf.daemon(GROUP, VERSION, "sweeps", when=_unsettled, cancellation_timeout=10,
+             initial_delay=0)
 async def run_sweep(body: kopf.Body, namespace: str, name: str, logger: logging.Logger,
                     stopped: kopf.DaemonStopped, **_: Any) -> None:
     index = _index.setdefault((namespace, name), SweepIndex())

@@ -456,6 +456,17 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     )
 
 
+# ---------------------------------------------------------------- whether to go on
+
+
+def is_settled(meta: Mapping[str, Any], status: Mapping[str, Any] | None) -> bool:
+    """Complete for its current spec: a Sweep needs no reconciling (and the operator holds no
+    daemon and no finalizer on it) until its spec changes (`sweep retry`, resume)."""
+    status = status or {}
+    return (condition(status.get("conditions"), "Complete") is not None
+            and status.get("observedGeneration") == meta.get("generation"))
+
+
 # ---------------------------------------------------------------- when to write it
 
 CONDITION_DELAY = 2.0

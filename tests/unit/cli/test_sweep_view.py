@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from shipyard.api.conventions import ANNOTATION_AGENT_KEY, LABEL_ATTEMPT, LABEL_RETRY
 from shipyard.api.sweep import SweepSpec
 from shipyard.cli.sweep_cmd import agent_specs, current_trials
 from shipyard.cli.sweep_view import (
@@ -57,9 +58,9 @@ def test_view_row_line_and_eta() -> None:
 
 def test_current_trials_keep_the_latest_retry() -> None:
     def t(name, attempt, retry):
-        return {"metadata": {"name": name, "labels": {"shipyard.dev/attempt": str(attempt),
-                                                      "shipyard.dev/retry": str(retry)},
-                             "annotations": {"shipyard.dev/agent-key": "nop"}},
+        return {"metadata": {"name": name, "labels": {LABEL_ATTEMPT: str(attempt),
+                                                      LABEL_RETRY: str(retry)},
+                             "annotations": {ANNOTATION_AGENT_KEY: "nop"}},
                 "spec": {"taskRef": {"name": "a"}, "agent": {"name": "nop"}}}
     kept, superseded = current_trials([t("x", 1, 0), t("x-r1", 1, 1), t("y", 2, 0)])
     assert sorted(k["metadata"]["name"] for k in kept) == ["x-r1", "y"]

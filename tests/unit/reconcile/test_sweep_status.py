@@ -15,6 +15,7 @@ from shipyard.reconcile.sweep_status import (
     TaskState,
     admit,
     compress,
+    is_settled,
     observe,
     resolve_tasks,
     sweep_status,
@@ -266,4 +267,13 @@ def test_status_writes_are_spaced_by_progress_and_time_and_conditions_go_first()
     # a condition changes: within 2 s whatever the interval
     done = [{"type": "Complete", "status": "True", "reason": "AllTrialsFinished"}]
     assert write_delay(_status(999), _status(1000, conditions=done), 0.5, 10.0) == 1.5
+
+
+def test_a_complete_sweep_is_settled_until_its_spec_changes() -> None:
+    complete = {"observedGeneration": 2,
+                "conditions": [{"type": "Complete", "status": "True", "reason": "x"}]}
+    assert is_settled({"generation": 2}, complete)
+    assert not is_settled({"generation": 3}, complete)  # retried or resumed since
+    assert not is_settled({"generation": 2}, {"observedGeneration": 2, "conditions": []})
+    assert not is_settled({"generation": 1}, None)
 
