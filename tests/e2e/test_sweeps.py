@@ -464,14 +464,16 @@ def test_sweep_results_load_with_harbors_own_models(shipyard, cluster, custom_ob
     create_sweep(custom_objects, ns, "hb", tasks={"names": ["ha", "hb"]},
                  agents=[{"name": "oracle"}, {"name": "nop", "model": "none/zero"}],
                  attempts=2, parallelism=8)
-    wait_sweep(custom_objects, ns, "hb", complete, timeout=300)
+    sweep = wait_sweep(custom_objects, ns, "hb", complete, timeout=300)
     ok(shipyard_cli(cluster, "sweep", "results", "hb", "-o", str(tmp_path / "job"), "-n", ns))
     loaded = subprocess.run([python, "-c", HARBOR_CHECK, str(tmp_path / "job")],
                             capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     seen = json.loads(loaded.stdout)
-    assert seen == {"n_total": 8, "evals": ["nop__none/zero__hb", "oracle__hb"], "trials": 8,
+    # The model by its name without the provider, as Harbor's ModelInfo (none/zero → zero).
+    assert seen == {"n_total": 8, "evals": ["nop__zero__hb", "oracle__hb"], "trials": 8,
                     "rewards": [0.0] * 4 + [1.0] * 4}
+    assert sorted(e["key"] for e in sweep["status"]["evals"]) == seen["evals"]
 
 
 def test_the_api_refuses_a_sweep_with_bad_attempts_or_an_unknown_agent(crds, custom_objects,
