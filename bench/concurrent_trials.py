@@ -239,6 +239,35 @@ def follow_until(list_fn: Callable, args: tuple, n: int, timeout: float,
     return finished
 
 
+def bench_namespace(kind: str) -> tuple[str, client.CoreV1Api, client.CustomObjectsApi, str]:
+    """The cluster (CRDs applied from this checkout) and a fresh namespace of its own."""
+    kubeconfig = ensure_cluster()
+    apply_crds(kubeconfig)
+    config.load_kube_config(kubeconfig)
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    namespace = namespace_name(kind)
+    make_namespace(core, namespace)
+    return kubeconfig, core, custom, namespace
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, Path]:
+    """The operator of this checkout, serving only `namespace`; its log file."""
+    log = Path(tempfile.mkdtemp()) / "operator.log"
+    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1")
+    with open(log, "wb") as out:
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n", namespace],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return operator, log
+
+
 # ---------------------------------------------------------------- the arms
 
 

@@ -96,7 +96,7 @@ step "Helm (hack/helm.sh)"
 bash hack/helm.sh version --short
 step "helm upgrade --install (operator Ready)"
 kubectl apply -f charts/shipyard/crds/ >/dev/null   # Helm does not upgrade crds/
-for crd in tasks.shipyard.dev trials.shipyard.dev; do
+for crd in tasks.shipyard.dev trials.shipyard.dev sweeps.shipyard.dev; do
     kubectl wait --for=condition=Established "crd/$crd" --timeout=60s >/dev/null
 done
 kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

@@ -9,7 +9,8 @@ Which cluster:
   (idempotent: a healthy running cluster is reused in well under a second; needs root).
 
 Tests under ``tests/integration`` and ``tests/e2e`` are marked ``cluster`` automatically, so
-``pytest -m "not cluster"`` runs only the tests that need no cluster.
+``pytest -m "not cluster"`` runs only the tests that need no cluster. Tests marked ``optin``
+(long or network-heavy) are skipped unless ``SHIPYARD_RUN_OPTIN=1`` or ``-m optin``.
 
 Fixtures: ``cluster`` (session: ``.kubeconfig``, ``.kubectl``, ``.local``, ``.kubectl_run()``),
 ``api_client``, ``core_v1``, ``custom_objects`` (session) and ``namespace`` (a fresh namespace
@@ -50,10 +51,16 @@ TEST_NAMESPACE_PREFIX = os.environ.get("SHIPYARD_TEST_NS_PREFIX", "t")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/integration or tests/e2e needs the cluster: mark it so."""
     cluster_roots = [TESTS / d for d in CLUSTER_DIRS]
+    optin = os.environ.get("SHIPYARD_RUN_OPTIN") == "1" or "optin" in (
+        config.getoption("-m") or "").replace("not optin", "")
     for item in items:
         path = Path(str(item.path)).resolve()
         if any(path.is_relative_to(root) for root in cluster_roots):
             item.add_marker(pytest.mark.cluster)
+        if not optin and item.get_closest_marker("optin"):
+            item.add_marker(pytest.mark.skip(
+                reason="opt-in test (long or network-heavy): run it with SHIPYARD_RUN_OPTIN=1 "
+                       "or -m optin"))
 
 
 # ---------------------------------------------------------------- the cluster

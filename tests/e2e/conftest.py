@@ -68,7 +68,8 @@ class OperatorProcess:
 @pytest.fixture(scope="session")
 def crds(cluster) -> None:
     cluster.kubectl_run("apply", "-f", str(ROOT / "crds"))
-    for name in ("tasks.shipyard.dev", "trials.shipyard.dev", "imagebuilds.shipyard.dev"):
+    for name in ("tasks.shipyard.dev", "trials.shipyard.dev", "imagebuilds.shipyard.dev",
+                 "sweeps.shipyard.dev"):
         cluster.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
                             "--timeout=60s")
 

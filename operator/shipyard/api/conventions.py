@@ -23,12 +23,25 @@ DOMAIN = "shipyard.dev"
 LABEL_TRIAL = f"{DOMAIN}/trial"
 LABEL_TASK = f"{DOMAIN}/task"
 LABEL_SWEEP = f"{DOMAIN}/sweep"
+LABEL_AGENT = f"{DOMAIN}/agent"
+"""A sweep Trial's agent key (`name` or `name__model`)."""
+LABEL_ATTEMPT = f"{DOMAIN}/attempt"
+"""A sweep Trial's attempt, from 1."""
+LABEL_RETRY = f"{DOMAIN}/retry"
+"""The retry generation of a sweep plan slot: 0 for its first Trial, n for its n-th retry."""
 LABEL_NETWORK = f"{DOMAIN}/network"
 """The network policy key a trial pod is under (switched between phases)."""
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 MANAGED_BY = {LABEL_MANAGED_BY: "shipyard", LABEL_NAME: "shipyard"}
+
+ANNOTATION_AGENT_KEY = f"{DOMAIN}/agent-key"
+"""A sweep Trial's agent key, unshortened (the label may be)."""
+ANNOTATION_DATASET = f"{DOMAIN}/dataset"
+"""A sweep Trial's dataset: the `source` of its Harbor TrialResult."""
+MODEL_ENV = "SHIPYARD_MODEL"
+"""The environment variable that gives a sweep agent's model to a `command` agent."""
 
 CANCEL_ANNOTATION = f"{DOMAIN}/cancel"
 """`kubectl annotate trial NAME shipyard.dev/cancel=true` stops a running trial and keeps its
@@ -104,7 +117,9 @@ def dns_name(name: str, suffix: str = "") -> str:
 
 
 def label_value(value: str) -> str:
-    """A valid label value (at most 63 characters), shortened with a hash when needed."""
+    """A valid label value (at most 63 characters; `/` and other characters a label value
+    may not hold become `_`), shortened with a hash when needed."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "_", value).strip("_.-") if value else value
     if len(value) <= MAX_NAME:
         return value
     return f"{value[:54].rstrip('-._')}-{_digest(value, 8)}"
@@ -118,6 +133,11 @@ def trial_selector(trial_name: str) -> dict[str, str]:
 
 def task_selector(task_name: str) -> dict[str, str]:
     return {LABEL_TASK: label_value(task_name)}
+
+
+def sweep_selector(sweep_name: str) -> dict[str, str]:
+    """The labels of a Sweep's Trials."""
+    return {LABEL_SWEEP: label_value(sweep_name)}
 
 
 def selector_string(labels: Mapping[str, str]) -> str:
@@ -160,6 +180,18 @@ def allow_policy_name(trial_name: str, key: str) -> str:
 
 def fqdn_policy_name(trial_name: str, key: str) -> str:
     return dns_name(trial_name, f"fqdn-{key}")
+
+
+SWEEP_PREFIX = 40
+
+
+def sweep_trial_name(sweep_name: str, task: str, agent_key: str, attempt: int,
+                     generation: int = 0) -> str:
+    """`<sweep>-<10 hex of sha256(sweep, task, agent, attempt)>`, `-r<n>` for the n-th retry:
+    the same plan slot always has the same name, so creating it twice is a 409."""
+    digest = _digest("\0".join((sweep_name, task, agent_key, str(attempt))), 10)
+    prefix = sweep_name[:SWEEP_PREFIX].rstrip("-.")
+    return f"{prefix}-{digest}" + (f"-r{generation}" if generation else "")
 
 
 def bundle_configmap_name(task_name: str, bundle: bytes) -> str:

@@ -20,6 +20,7 @@ from shipyard.api.models import (
     TrialSpec,
     TrialStatus,
 )
+from shipyard.api.sweep import SweepSpec, SweepStatus
 
 DROP_KEYS = {"title", "discriminator"}
 
@@ -195,10 +196,30 @@ def image_build_crd() -> dict[str, Any]:
     )
 
 
+def sweep_crd() -> dict[str, Any]:
+    return _crd(
+        "Sweep",
+        "sweeps",
+        SweepSpec,
+        SweepStatus,
+        [
+            {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
+            {"name": "Running", "type": "integer", "jsonPath": ".status.counts.running"},
+            {"name": "Errors", "type": "integer", "jsonPath": ".status.counts.errored"},
+            {"name": "Mean", "type": "number", "jsonPath": ".status.mean"},
+            {"name": "Complete", "type": "string",
+             "jsonPath": ".status.conditions[?(@.type=='Complete')].status"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        [],
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ → CRD manifest."""
     return {"tasks.shipyard.dev.yaml": task_crd(), "trials.shipyard.dev.yaml": trial_crd(),
-            "imagebuilds.shipyard.dev.yaml": image_build_crd()}
+            "imagebuilds.shipyard.dev.yaml": image_build_crd(),
+            "sweeps.shipyard.dev.yaml": sweep_crd()}
 
 
 def render(crd: dict[str, Any]) -> str:

@@ -56,6 +56,15 @@ class Reason(StrEnum):
     BUILD_FAILED = "BuildFailed"
     BUILD_TIMEOUT = "BuildTimeout"
     REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+    # ---- a Sweep's conditions (Complete, Failed, Suspended, TasksReady)
+    ALL_TRIALS_FINISHED = "AllTrialsFinished"
+    INVALID_SPEC = "InvalidSpec"
+    DUPLICATE_AGENTS = "DuplicateAgents"
+    NO_TASKS = "NoTasks"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    READY = "Ready"
+    WAITING_FOR_TASKS = "WaitingForTasks"
     # ---- Events only
     STARTED = "Started"
     POD_CREATED = "PodCreated"
@@ -98,6 +107,12 @@ REASONS_FAILED = frozenset({
     Reason.IMAGE_BUILD_UNSUPPORTED, Reason.NO_IMAGE_BUILDER,
 })
 """The reasons a Trial's `Failed` condition may carry."""
+SWEEP_REASONS = frozenset({
+    Reason.ALL_TRIALS_FINISHED, Reason.INVALID_SPEC, Reason.DUPLICATE_AGENTS, Reason.NO_TASKS,
+    Reason.SUSPENDED, Reason.RESUMED, Reason.READY, Reason.WAITING_FOR_TASKS,
+    Reason.TASK_INVALID, Reason.TASK_NOT_FOUND,
+})
+"""The reasons of a Sweep's conditions (documented in docs/sweeps.md)."""
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})
 """Infrastructure failures that a Trial's `retries` retry with a new pod."""
 WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING})
@@ -114,3 +129,7 @@ class HarborError(StrEnum):
     RUNTIME = "RuntimeError"
     VERIFIER_TIMEOUT = "VerifierTimeoutError"
     CANCELLED = "CancelledError"
+    REWARD_FILE_NOT_FOUND = "RewardFileNotFoundError"
+    REWARD_FILE_EMPTY = "RewardFileEmptyError"
+    VERIFIER_OUTPUT_PARSE = "VerifierOutputParseError"
+    ENVIRONMENT_START_TIMEOUT = "EnvironmentStartTimeoutError"

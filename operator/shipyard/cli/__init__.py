@@ -25,6 +25,7 @@ def main(kubeconfig: str | None) -> None:
     shipyard logs TRIAL             agent and verifier logs
     shipyard results [--json]       rewards, in Harbor's result.json shape with --json
     shipyard cancel TRIAL           stop a running trial, keeping its record and logs
+    shipyard sweep run DIR... -a oracle -a nop -k 5 --watch   a benchmark sweep
     """
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
@@ -34,6 +35,7 @@ def _register() -> None:
     from shipyard.cli.get_cmd import cancel_cmd, get_cmd, logs_cmd, results_cmd
     from shipyard.cli.operator_cmd import operator
     from shipyard.cli.run_cmd import run, watch_cmd
+    from shipyard.cli.sweep_cmd import sweep
     from shipyard.cli.task_cmd import task
 
     main.add_command(task)
@@ -44,6 +46,7 @@ def _register() -> None:
     main.add_command(results_cmd)
     main.add_command(cancel_cmd)
     main.add_command(operator)
+    main.add_command(sweep)
 
 
 _register()

@@ -10,7 +10,12 @@ from typing import Any
 import click
 import yaml
 
-from shipyard.api.conventions import LABEL_SWEEP, is_finished_phase, label_value
+from shipyard.api.conventions import (
+    LABEL_SWEEP,
+    is_finished_phase,
+    selector_string,
+    sweep_selector,
+)
 from shipyard.cli.common import NAMESPACE_OPTION, fail, namespace_or_default
 from shipyard.cli.formatting import (
     TASK_COLUMNS,
@@ -22,9 +27,11 @@ from shipyard.cli.formatting import (
     trial_reason,
     trial_row,
 )
-from shipyard.cli.harbor_results import job_result
+from shipyard.cli.harbor_results import job_result, trial_files
+from shipyard.cli.sweep_view import SWEEP_COLUMNS, sweep_row
 
-KINDS = {"tasks": "tasks", "task": "tasks", "trials": "trials", "trial": "trials"}
+KINDS = {"tasks": "tasks", "task": "tasks", "trials": "trials", "trial": "trials",
+         "sweeps": "sweeps", "sweep": "sweeps"}
 ALL_NAMESPACES = click.option("--all-namespaces", "-A", is_flag=True,
                               help="Every namespace.")
 SELECTOR = click.option("--selector", "-l", default=None, help="Label selector.")
@@ -50,7 +57,7 @@ def _by_creation(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table")
 def get_cmd(kind: str, names: tuple[str, ...], namespace: str | None, all_namespaces: bool,
             selector: str | None, output: str) -> None:
-    """List tasks or trials (default: trials) as a table."""
+    """List tasks, trials (the default) or sweeps as a table."""
     from shipyard.kube.trials import list_objects
 
     plural = KINDS[kind]
@@ -73,7 +80,8 @@ def get_cmd(kind: str, names: tuple[str, ...], namespace: str | None, all_namesp
         click.echo(f"No {plural} found in {scope or 'any namespace'}.", err=True)
         return
     now = datetime.now(UTC)
-    row, columns = (trial_row, TRIAL_COLUMNS) if plural == "trials" else (task_row, TASK_COLUMNS)
+    row, columns = {"trials": (trial_row, TRIAL_COLUMNS), "tasks": (task_row, TASK_COLUMNS),
+                    "sweeps": (sweep_row, SWEEP_COLUMNS)}[plural]
     wide = scope is None
     click.echo(table((["NAMESPACE"] if wide else []) + columns,
                      [row(o, now, namespace=wide) for o in objs]))
@@ -191,7 +199,8 @@ def result_rows(trials: list[dict[str, Any]], now: datetime) -> list[list[str]]:
     return rows
 
 
-def _trial_logs(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def trial_logs(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each trial's logs ConfigMap, by trial name."""
     from shipyard.kube.trials import configmap_data
 
     logs = {}
@@ -221,7 +230,7 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
 
     scope = _scope(namespace, all_namespaces)
     if sweep:
-        selector = ",".join(s for s in (selector, f"{LABEL_SWEEP}={label_value(sweep)}") if s)
+        selector = ",".join(s for s in (selector, selector_string(sweep_selector(sweep))) if s)
     objs = _by_creation(list_objects("trials", scope, selector))
     if trials:
         objs = [o for o in objs if o["metadata"]["name"] in set(trials)]
@@ -233,7 +242,7 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
              for t in list_objects("tasks", scope)}
     job = job_result(objs, tasks, now)
     if output_dir is not None:
-        write_job_dir(output_dir, job, _trial_logs(objs))
+        write_job_dir(output_dir, job, trial_logs(objs))
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
@@ -254,33 +263,15 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
 
 def write_job_dir(directory: Path, job: dict[str, Any],
                   logs: dict[str, dict[str, str]] | None = None) -> None:
-    """Harbor's layout: the job's result.json (without trial_results, as Harbor writes it),
-    one `<trial_name>/result.json` per trial and, from `logs` (each trial's logs ConfigMap),
-    `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt` (under
-    `steps/<step>/` for the steps of a multi-step trial)."""
+    """Harbor's layout: the job's result.json (without trial_results, as Harbor writes it)
+    and a directory per trial (`harbor_results.trial_files`: its result.json, rewards and,
+    from `logs`, each trial's logs ConfigMap, its agent and verifier logs)."""
     directory.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in job.items() if k != "trial_results"}
     (directory / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
     for result in job["trial_results"]:
-        trial_dir = directory / result["trial_name"]
-        trial_dir.mkdir(exist_ok=True)
-        (trial_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-        agent = result["agent_info"]["name"]
-        for key, text in ((logs or {}).get(result["trial_name"]) or {}).items():
-            path = harbor_log_path(key, agent)
-            if path is not None:
-                (trial_dir / path).parent.mkdir(parents=True, exist_ok=True)
-                (trial_dir / path).write_text(text)
-
-
-def harbor_log_path(key: str, agent: str) -> str | None:
-    """Where a logs ConfigMap key goes in Harbor's trial directory (None: nowhere)."""
-    names = {"agent.log": f"agent/{agent}.txt", "agent.trajectory.json": "agent/trajectory.json",
-             "verifier.log": "verifier/test-stdout.txt"}
-    for suffix, path in names.items():
-        if key == suffix:
-            return path
-        if key.endswith("." + suffix):
-            return f"steps/{key.removesuffix('.' + suffix)}/{path}"
-    return None
-
+        files = trial_files(result, (logs or {}).get(result["trial_name"]))
+        for relative, text in files.items():
+            path = directory / result["trial_name"] / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)

@@ -7,34 +7,25 @@ Shipyard does not know is null (token counts, costs, tracebacks, model info), ne
 
 from __future__ import annotations
 
-import math
+import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import LABEL_SWEEP, condition, is_finished_phase
+from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase
+from shipyard.api.reasons import HarborError
+from shipyard.reconcile.harbor_outcome import (
+    agent_timeout,
+    exception_info,
+    exception_record,
+    exception_type,
+)
 from shipyard.taskformat import aggregate_mean
+from shipyard.taskformat import pass_at_k as harbor_pass_at_k
 
 DATASET = "adhoc"  # Harbor's name for trials that belong to no dataset
-
-# Failed-condition reasons → the exception Harbor would have recorded for the same outcome.
-EXCEPTION_TYPES = {
-    "AgentFailed": "NonZeroAgentExitCodeError",
-    "AgentTimeout": "AgentTimeoutError",
-    "VerifierTimeout": "VerifierTimeoutError",
-    "RewardFileMissing": "RewardFileNotFoundError",
-    "RewardFileEmpty": "RewardFileEmptyError",
-    "RewardFileInvalid": "VerifierOutputParseError",
-    "HealthcheckFailed": "HealthcheckError",
-    "EnvironmentStartTimeout": "EnvironmentStartTimeoutError",
-    "Cancelled": "CancelledError",
-}
-
-
-def exception_type(reason: str) -> str:
-    return EXCEPTION_TYPES.get(reason, f"{reason}Error" if reason else "UnknownError")
 
 
 def _timing(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -48,43 +39,6 @@ def _phase(records: list[dict[str, Any]], name: str, step: str | None = None
     """The last record of a phase kind (the last attempt wins)."""
     found = [r for r in records if r.get("name") == name and r.get("step") == step]
     return found[-1] if found else None
-
-
-def _agent_timeout(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    return next((r for r in records if r.get("name") == "agent" and r.get("timedOut")), None)
-
-
-def exception_info(trial: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Harbor stores the first exception: the one the operator recorded in `status.error`
-    (e.g. AgentTimeoutError, NonZeroAgentExitCodeError; the trial may still have a reward),
-    else an agent timeout seen in the phases, else the reason the trial failed."""
-    status = trial.get("status") or {}
-    failed = condition(status.get("conditions"), "Failed")
-    error = status.get("error")
-    if error and error.get("type"):  # the operator records Harbor's exception names
-        kind = error["type"]
-        return {
-            "exception_type": kind if kind.endswith("Error") else exception_type(kind),
-            "exception_message": error.get("message", ""),
-            "exception_traceback": None,
-            "occurred_at": (failed or {}).get("lastTransitionTime") or status.get("finishedAt"),
-        }
-    timed_out = _agent_timeout(status.get("phases") or [])
-    if timed_out is not None:
-        return {
-            "exception_type": "AgentTimeoutError",
-            "exception_message": timed_out.get("message") or "Agent execution timed out",
-            "exception_traceback": None,
-            "occurred_at": timed_out.get("finishedAt"),
-        }
-    if failed is None:
-        return None
-    return {
-        "exception_type": exception_type(failed.get("reason", "")),
-        "exception_message": failed.get("message", ""),
-        "exception_traceback": None,
-        "occurred_at": failed.get("lastTransitionTime") or status.get("finishedAt"),
-    }
 
 
 def trial_config(trial: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,16 +94,15 @@ def _step_results(trial: Mapping[str, Any]) -> list[dict[str, Any]]:
     for step in status.get("steps") or []:
         name = step["name"]
         error = step.get("error")
-        timed_out = _agent_timeout(r for r in records if r.get("step") == name)
+        timed_out = agent_timeout(r for r in records if r.get("step") == name)
         info = None
         if timed_out is not None:
-            info = {"exception_type": "AgentTimeoutError",
-                    "exception_message": timed_out.get("message") or "Agent execution timed out",
-                    "exception_traceback": None, "occurred_at": timed_out.get("finishedAt")}
+            info = exception_record(HarborError.AGENT_TIMEOUT,
+                                    timed_out.get("message") or "Agent execution timed out",
+                                    timed_out.get("finishedAt"), trial)
         elif error:
-            info = {"exception_type": exception_type(error.get("type", "")),
-                    "exception_message": error.get("message", ""),
-                    "exception_traceback": None, "occurred_at": None}
+            info = exception_record(exception_type(error.get("type", "")),
+                                    error.get("message", ""), None, trial)
         results.append({
             "step_name": name,
             "agent_result": None,
@@ -214,7 +167,8 @@ def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
         "trial_name": meta["name"],
         "trial_uri": f"k8s://{meta.get('namespace', '')}/trials.shipyard.dev/{meta['name']}",
         "task_id": {"path": f"{meta.get('namespace', '')}/{task_name}"},
-        "source": (meta.get("labels") or {}).get(LABEL_SWEEP),
+        "source": (meta.get("annotations") or {}).get(ANNOTATION_DATASET)
+        or (meta.get("labels") or {}).get(LABEL_SWEEP),
         "task_checksum": digest.removeprefix("sha256:") if digest else None,
         "config": trial_config(trial),
         "agent_info": agent_info(spec.get("agent") or {}, status),
@@ -243,32 +197,11 @@ def eval_key(result: Mapping[str, Any]) -> str:
 
 
 def pass_at_k(results: list[Mapping[str, Any]]) -> dict[str, float]:
-    """Harbor's pass@k: only when every trial's rewards are a single 0/1 value (None = 0)."""
-    by_task: dict[str, list[int]] = defaultdict(list)
+    """Harbor's pass@k over TrialResults of one eval key (JSON keys are strings)."""
+    by_task: dict[str, list[Mapping[str, float] | None]] = defaultdict(list)
     for result in results:
-        rewards = (result.get("verifier_result") or {}).get("rewards")
-        if rewards is None:
-            value = 0
-        elif len(rewards) == 1 and next(iter(rewards.values())) in (0, 1):
-            value = int(next(iter(rewards.values())))
-        else:
-            return {}
-        by_task[result["task_name"]].append(value)
-    if not by_task:
-        return {}
-    smallest = min(len(v) for v in by_task.values())
-    ks = sorted({k for k in range(2, smallest + 1) if (k & (k - 1)) == 0 or k % 5 == 0})
-    out = {}
-    for k in ks:
-        scores = []
-        for values in by_task.values():
-            n, c = len(values), sum(values)
-            if n - c < k:
-                scores.append(1.0)
-            else:
-                scores.append(1.0 - math.prod((n - c - i) / (n - i) for i in range(k)))
-        out[str(k)] = sum(scores) / len(scores)
-    return out
+        by_task[result["task_name"]].append((result.get("verifier_result") or {}).get("rewards"))
+    return {str(k): v for k, v in harbor_pass_at_k(by_task).items()}
 
 
 def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
@@ -307,7 +240,7 @@ def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
         "n_pending_trials": sum(1 for p in phases if p == "Pending"),
         "n_cancelled_trials": sum(
             1 for r in results if (r["exception_info"] or {}).get("exception_type")
-            == "CancelledError"
+            == HarborError.CANCELLED
         ),
         "n_retries": sum(len((t.get("status") or {}).get("attempts") or []) for t in trials),
         **_usage_totals(results),
@@ -336,3 +269,46 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
         "stats": job_stats(results, list(trials)),
         "trial_results": results,
     }
+
+
+# ---------------------------------------------------------------- Harbor's job directory
+
+
+def harbor_log_path(key: str, agent: str) -> str | None:
+    """Where a logs ConfigMap key goes in Harbor's trial directory (None: nowhere)."""
+    names = {"agent.log": f"agent/{agent}.txt", "agent.trajectory.json": "agent/trajectory.json",
+             "verifier.log": "verifier/test-stdout.txt"}
+    for suffix, path in names.items():
+        if key == suffix:
+            return path
+        if key.endswith("." + suffix):
+            return f"steps/{key.removesuffix('.' + suffix)}/{path}"
+    return None
+
+
+def _reward_file(rewards: Mapping[str, Any]) -> tuple[str, str]:
+    if set(rewards) == {"reward"}:
+        return "reward.txt", f"{rewards['reward']:g}\n"
+    return "reward.json", json.dumps(rewards) + "\n"
+
+
+def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> dict[str, str]:
+    """A trial directory as Harbor lays it out, relative path → text: result.json, the
+    rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
+    ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt`."""
+    files = {"result.json": json.dumps(result, indent=2) + "\n"}
+    rewards = (result.get("verifier_result") or {}).get("rewards")
+    if rewards is not None:
+        name, text = _reward_file(rewards)
+        files[f"verifier/{name}"] = text
+    for step in result.get("step_results") or []:
+        step_rewards = (step.get("verifier_result") or {}).get("rewards")
+        if step_rewards is not None:
+            name, text = _reward_file(step_rewards)
+            files[f"steps/{step['step_name']}/verifier/{name}"] = text
+    agent = (result.get("agent_info") or {}).get("name", "agent")
+    for key, text in (logs or {}).items():
+        path = harbor_log_path(key, agent)
+        if path is not None:
+            files[path] = text
+    return files

@@ -16,11 +16,11 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
+from shipyard.api.compat import known_fields
 from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     LABEL_NETWORK,
@@ -71,7 +71,8 @@ class TrialDriver:
         self.namespace = body["metadata"]["namespace"]
         self.name = body["metadata"]["name"]
         self.generation = body["metadata"].get("generation")
-        self.status = TrialStatus.model_validate(_known_status(body.get("status") or {}))
+        status = known_fields(TrialStatus, body.get("status") or {})  # not kopf's fields
+        self.status = TrialStatus.model_validate(status)
         self.saved = self.status  # what the Trial's status says (self.status may be ahead)
         self.pending_logs: dict[str, str] = {}
         self.waker = waker(self.namespace, self.name)
@@ -144,7 +145,7 @@ class TrialDriver:
     async def prepare(self) -> TrialPlan | None:
         """Load the Task and plan the trial; a failure here is decided as TaskInvalid & co."""
         try:
-            spec = TrialSpec.model_validate(self.body.get("spec") or {})
+            spec = TrialSpec.model_validate(known_fields(TrialSpec, self.body.get("spec") or {}))
         except ValidationError as e:
             await self.fail_now(Reason.TRIAL_INVALID, _validation_message(e))
             return None
@@ -514,14 +515,6 @@ def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
     return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
                           kube_network.apiserver_addresses())
-
-
-def _known_status(status: dict[str, Any]) -> dict[str, Any]:
-    """Our status fields only (kopf keeps its own bookkeeping next to them)."""
-    fields = set()
-    for name, info in TrialStatus.model_fields.items():
-        fields.add(info.alias or name)
-    return {k: v for k, v in status.items() if k in fields}
 
 
 def _validation_message(e: ValidationError) -> str:

@@ -14,6 +14,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_AGENT_BUNDLE_REPOSITORY | `agent_bundle_repository` |
 | SHIPYARD_THREADS | `threads` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
+| SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
 TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
@@ -35,12 +36,15 @@ NETWORK_SETTLE_ENV = "SHIPYARD_NETWORK_SETTLE_SEC"
 TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
+SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
 
 TASK_WAIT_SEC = 60.0
 """How long a Trial waits for a Task that does not exist yet."""
 NETWORK_SETTLE_SEC = 2.0
 """After a pod's network label changes, dataplanes take a moment to apply the new policy: no
 phase starts before this has passed since the last change."""
+SWEEP_STATUS_INTERVAL_SEC = 10.0
+"""A Sweep's status is written at most this often while only its progress changes."""
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
@@ -90,6 +94,7 @@ class OperatorSettings:
     images_error: str | None = None
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
     and their trials fail; prebuilt images still run."""
+    sweep_status_interval_sec: float = SWEEP_STATUS_INTERVAL_SEC
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -119,6 +124,8 @@ class OperatorSettings:
             trial_ttl_seconds=_ttl(environ),
             agent_bundle_repository=environ.get(BUNDLE_REPOSITORY_ENV) or None,
             threads=_positive_int(environ, THREADS_ENV) or THREADS,
+            sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
+                                               SWEEP_STATUS_INTERVAL_SEC),
             error="; ".join(errors) or None,
         )
 

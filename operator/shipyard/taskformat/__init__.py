@@ -1,4 +1,5 @@
-"""The Harbor 0.25 task format: models, loading, validation, resolution and reward parsing.
+"""The Harbor 0.25 task format: models, loading, validation, resolution, reward parsing and
+Harbor's job metrics.
 
 Pure: no network, no Kubernetes. Specification: ``spec/harbor-reference.md`` section (a).
 """
@@ -22,6 +23,7 @@ from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.instructions import strip_canary
 from shipyard.taskformat.lint import LintWarning, lint_config, lint_task, unknown_keys
 from shipyard.taskformat.loader import LoadedTask, files_digest, load_task_dir, load_task_files
+from shipyard.taskformat.metrics import aggregate_mean, aggregate_rewards, pass_at_k
 from shipyard.taskformat.models import (
     AgentConfig,
     PackageInfo,
@@ -56,7 +58,6 @@ from shipyard.taskformat.rewards import (
     RewardFileError,
     RewardFileInvalid,
     RewardFileMissing,
-    aggregate_mean,
     aggregate_steps,
     below_min_reward,
     parse_rewards,
@@ -92,6 +93,7 @@ __all__ = [
     "VerifierEnvironment",
     "VerifierMode",
     "aggregate_mean",
+    "aggregate_rewards",
     "aggregate_steps",
     "below_min_reward",
     "classify_allowlist_entry",
@@ -110,6 +112,7 @@ __all__ = [
     "overlap_warnings",
     "parse_rewards",
     "parse_size_to_mb",
+    "pass_at_k",
     "resolve_env_templates",
     "resolve_network_plan",
     "resolve_verifier_environment",

@@ -115,15 +115,3 @@ def below_min_reward(rewards: Mapping[str, float],
             shown = "missing" if actual == -math.inf else f"{actual:g}"
             return f"{key} {shown} < min_reward {minimum:g}"
     return None
-
-
-def aggregate_mean(rewards: list[Mapping[str, float] | None]) -> dict[str, float]:
-    """Harbor's default job metric (Mean): None counts as 0; ≤1 distinct key → {"mean": ...},
-    more keys → the mean of each key (missing = 0)."""
-    if not rewards:
-        return {"mean": 0.0}
-    keys = sorted({key for r in rewards if r for key in r})
-    if len(keys) <= 1:
-        values = [next(iter(r.values())) if r else 0.0 for r in rewards]
-        return {"mean": sum(values) / len(values)}
-    return {key: sum((r or {}).get(key, 0.0) for r in rewards) / len(rewards) for key in keys}

@@ -7,7 +7,14 @@ import re
 from pathlib import Path
 
 from shipyard.api.models import Condition
-from shipyard.api.reasons import REASONS_COMPLETE, REASONS_FAILED, RETRYABLE, WAITING, Reason
+from shipyard.api.reasons import (
+    REASONS_COMPLETE,
+    REASONS_FAILED,
+    RETRYABLE,
+    SWEEP_REASONS,
+    WAITING,
+    Reason,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -19,6 +26,10 @@ def documented(path: str) -> set[str]:
 def test_every_terminal_reason_is_documented_in_the_readme_and_docs() -> None:
     for path in ("README.md", "docs/trials.md"):
         assert {str(r) for r in REASONS_FAILED | REASONS_COMPLETE} <= documented(path), path
+
+
+def test_every_sweep_reason_is_documented() -> None:
+    assert {str(r) for r in SWEEP_REASONS} <= documented("docs/sweeps.md")
 
 
 def test_reasons_are_plain_words_in_status() -> None:

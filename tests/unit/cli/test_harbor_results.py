@@ -11,6 +11,7 @@ from shipyard.cli.harbor_results import (
     exception_info,
     job_result,
     pass_at_k,
+    trial_files,
     trial_result,
 )
 
@@ -97,7 +98,7 @@ def test_trial_result_has_harbors_fields_and_timings():
 def test_failures_become_harbor_exceptions(reason, harbor):
     info = exception_info(trial("t", phase="Failed", failed=(reason, "why")))
     assert info == {"exception_type": harbor, "exception_message": "why",
-                    "exception_traceback": None, "occurred_at": "2026-11-22T11:00:09Z"}
+                    "exception_traceback": "", "occurred_at": "2026-11-22T11:00:09Z"}
 
 
 def test_agent_timeout_is_recorded_although_the_trial_has_a_reward():
@@ -115,7 +116,7 @@ def test_the_recorded_error_wins():
     t = trial("t", phase="Failed", failed=("PodLost", "gone"))
     t["status"]["error"] = {"type": "PodLost", "message": "gone"}
     assert exception_info(t) == {"exception_type": "PodLostError", "exception_message": "gone",
-                                 "exception_traceback": None,
+                                 "exception_traceback": "",
                                  "occurred_at": "2026-11-22T11:00:09Z"}
 
 
@@ -207,3 +208,17 @@ def test_installed_agent_tokens_and_cost_are_harbors_agent_context_summed_per_ev
     claude = stats["evals"]["claude-code__claude-sonnet-4-5__adhoc"]
     assert (claude["n_input_tokens"], claude["cost_usd"]) == (150, 0.5)
     assert stats["evals"]["oracle__adhoc"]["cost_usd"] is None
+
+
+def test_trial_files_follow_harbors_layout() -> None:
+    result = {"trial_name": "t", "agent_info": {"name": "oracle"},
+              "verifier_result": {"rewards": {"reward": 1.0}}, "step_results": []}
+    files = trial_files(result, {"agent.log": "a", "verifier.log": "v",
+                                     "s1.agent.log": "x"})
+    assert json.loads(files["result.json"])["trial_name"] == "t"
+    assert files["verifier/reward.txt"] == "1\n"
+    assert files["agent/oracle.txt"] == "a"
+    assert files["verifier/test-stdout.txt"] == "v"
+    assert files["steps/s1/agent/oracle.txt"] == "x"
+    multi = dict(result, verifier_result={"rewards": {"a": 1, "b": 0.5}})
+    assert json.loads(trial_files(multi, None)["verifier/reward.json"]) == {"a": 1, "b": 0.5}

@@ -131,7 +131,7 @@ def test_codex_stream_becomes_an_atif_trajectory() -> None:
     ("other", None),
 ])
 def test_logs_go_to_harbors_trial_directory(key: str, path: str | None) -> None:
-    from shipyard.cli.get_cmd import harbor_log_path
+    from shipyard.cli.harbor_results import harbor_log_path
 
     assert harbor_log_path(key, "claude-code") == path
 

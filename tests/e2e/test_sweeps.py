@@ -1,0 +1,490 @@
+"""Sweeps end to end on the real cluster: a 100-trial sweep through the CLI, the parallelism
+ceilings checked from a watch, suspend/resume, bad tasks, retries of unscored trials, the
+operator SIGKILLed during a 200-trial sweep (opt-in) and Harbor 0.25's own models reading
+`shipyard sweep results` (opt-in)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipyard.api.conventions import FINISHED_PHASES, selector_string, sweep_selector
+from shipyard.api.sweep import SweepSpec
+from shipyard.plan.sweep import expand, trial_name
+from shipyard.taskformat import pass_at_k
+from tests.e2e.conftest import GROUP, VERSION
+from tests.e2e.test_cli import ok, shipyard_cli
+
+BUSYBOX = "localhost/shipyard/busybox:latest"
+FINISHED = FINISHED_PHASES
+
+
+def trivial_task(directory: Path, reward_file: bool = True) -> Path:
+    """oracle → 1, nop → 0 on the static busybox image (fast); without `reward_file` the
+    tests write no reward at all."""
+    directory.mkdir(parents=True)
+    (directory / "task.toml").write_text(
+        f'[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
+        f'[environment]\ndocker_image = "{BUSYBOX}"\n')
+    (directory / "instruction.md").write_text("Write ok to /tmp/out.\n")
+    (directory / "solution").mkdir()
+    (directory / "solution/solve.sh").write_text("#!/bin/sh\necho ok > /tmp/out\n")
+    (directory / "tests").mkdir()
+    (directory / "tests/test.sh").write_text(
+        "#!/bin/sh\ngrep -q ok /tmp/out && echo 1 > /logs/verifier/reward.txt"
+        " || echo 0 > /logs/verifier/reward.txt\n" if reward_file else "#!/bin/sh\ntrue\n")
+    return directory
+
+
+def dataset(root: Path, n: int) -> Path:
+    for i in range(n):
+        trivial_task(root / f"task-{i:02d}")
+    return root
+
+
+def inline_task(name: str, reward_file: bool = True, labels: dict | None = None,
+                toml: str | None = None) -> dict[str, Any]:
+    test = ("#!/bin/sh\ngrep -q ok /tmp/out && echo 1 > /logs/verifier/reward.txt"
+            " || echo 0 > /logs/verifier/reward.txt\n" if reward_file else "#!/bin/sh\ntrue\n")
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Task",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"source": {"inline": {"files": {
+            "task.toml": toml or f'[environment]\ndocker_image = "{BUSYBOX}"\n',
+            "instruction.md": "Write ok to /tmp/out.\n",
+            "solution/solve.sh": "#!/bin/sh\necho ok > /tmp/out\n",
+            "tests/test.sh": test,
+        }}}},
+    }
+
+
+class TrialWatch(threading.Thread):
+    """Every Trial event of a namespace, from a watch: the non-terminal count (overall and per
+    task) after each event, its maximum, and when each Trial appeared."""
+
+    def __init__(self, custom_objects, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.namespace = custom_objects, namespace
+        self.phase: dict[str, str] = {}
+        self.task: dict[str, str] = {}
+        self.created: dict[str, float] = {}
+        self.max_active = 0
+        self.max_per_task: dict[str, int] = defaultdict(int)
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.errors: list[str] = []
+        self.relists = 0
+        self.retries = 0
+
+    def run(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        version: str | None = self.relist()
+        self.ready.set()
+        while not self.stop.is_set():
+            if version is None:
+                version = self.relist()
+            try:
+                for event in watch.Watch().stream(
+                        self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                        "trials", resource_version=version, timeout_seconds=5,
+                        allow_watch_bookmarks=True):
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    self.seen(event["type"], obj)
+                    if self.stop.is_set():
+                        return
+            except ApiException as e:
+                if e.status in (429, 500, 503, 504):  # a busy shared apiserver: go on from
+                    self.retries += 1                 # the same version, nothing is missed
+                    time.sleep(1)
+                    continue
+                if e.status != 410:
+                    self.errors.append(f"watch failed: {e.status}")
+                    return
+                self.relists += 1  # expired (a busy shared cluster): list, then watch again
+                version = None
+
+    def relist(self) -> str:
+        listed = self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "trials")
+        for obj in listed["items"]:
+            self.seen("LISTED", obj)
+        return listed["metadata"]["resourceVersion"]
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self.phase.pop(name, None)
+            return
+        self.created.setdefault(name, time.monotonic())
+        self.task[name] = obj["spec"]["taskRef"]["name"]
+        self.phase[name] = (obj.get("status") or {}).get("phase") or "Pending"
+        active = [n for n, p in self.phase.items() if p not in FINISHED]
+        self.max_active = max(self.max_active, len(active))
+        per_task: dict[str, int] = defaultdict(int)
+        for n in active:
+            per_task[self.task[n]] += 1
+        for task, count in per_task.items():
+            self.max_per_task[task] = max(self.max_per_task[task], count)
+
+    def __enter__(self) -> TrialWatch:
+        self.start()
+        assert self.ready.wait(30), "the trial watch did not start"
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop.set()
+        self.join(15)
+
+
+def get_sweep(custom_objects, namespace: str, name: str) -> dict[str, Any]:
+    return custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps",
+                                                       name)
+
+
+def create_sweep(custom_objects, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sweep", "metadata": {"name": name},
+            "spec": spec}
+    return custom_objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps",
+                                                          body)
+
+
+def wait_sweep(custom_objects, namespace: str, name: str, until, timeout: float = 300
+               ) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    sweep: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        sweep = get_sweep(custom_objects, namespace, name)
+        if until(sweep):
+            return sweep
+        time.sleep(1)
+    raise AssertionError(f"sweep {name}: not there after {timeout}s: {sweep.get('status')}")
+
+
+def cond(sweep: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (sweep.get("status") or {}).get("conditions") or []
+                 if c["type"] == type_), None)
+
+
+def complete(sweep: dict[str, Any]) -> bool:
+    c = cond(sweep, "Complete")
+    return c is not None and c["status"] == "True"
+
+
+def sweep_trials(custom_objects, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = selector_string(sweep_selector(name))
+    return custom_objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trials", label_selector=selector)["items"]
+
+
+def check_plan_ran_once(sweep: dict[str, Any], trials: list[dict[str, Any]],
+                        tasks: list[str]) -> None:
+    """Exactly one Trial per plan slot, named as planned: nothing duplicated, nothing lost,
+    each with its reward (oracle 1, nop 0), and the metrics Harbor would compute."""
+    spec = SweepSpec.model_validate(sweep["spec"])
+    slots = expand(tasks, spec)
+    planned = {trial_name(sweep["metadata"]["name"], s) for s in slots}
+    names = [t["metadata"]["name"] for t in trials]
+    assert len(names) == len(set(names)) == len(planned)
+    assert set(names) == planned
+    by_key: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        status = t["status"]
+        agent = t["spec"]["agent"]["name"]
+        assert status["phase"] == "Completed", (t["metadata"]["name"], status)
+        assert status["reward"] == (1.0 if agent == "oracle" else 0.0)
+        by_key[agent][t["spec"]["taskRef"]["name"]].append(status.get("rewards"))
+    status = sweep["status"]
+    assert status["counts"]["planned"] == status["counts"]["completed"] == len(slots)
+    assert status["counts"]["created"] == len(slots)
+    assert status["counts"]["errored"] == 0 and status["counts"]["retried"] == 0
+    assert status["completedIndexes"] == f"0-{len(slots) - 1}"
+    assert status["mean"] == 0.5
+    evals = {e["agent"]: e for e in status["evals"]}
+    for agent, by_task in by_key.items():
+        expected = {str(k): v for k, v in pass_at_k(by_task).items()}
+        assert expected and evals[agent]["passAtK"] == pytest.approx(expected)
+        assert evals[agent]["metrics"] == [{"mean": 1.0 if agent == "oracle" else 0.0}]
+
+
+# ---------------------------------------------------------------- the tests
+
+
+@pytest.mark.timeout(1200)
+def test_sweep_of_100_trials_through_the_cli(shipyard, cluster, custom_objects, tmp_path
+                                             ) -> None:
+    ns = shipyard.namespace
+    data = dataset(tmp_path / "smoke-ds", 10)
+    with TrialWatch(custom_objects, ns) as watch:
+        began = time.monotonic()
+        result = shipyard_cli(cluster, "sweep", "run", str(data), "-a", "oracle", "-a", "nop",
+                              "--attempts", "5", "--parallelism", "10", "--name", "s100",
+                              "--watch", "--timeout", "900", "-n", ns, timeout=960)
+        wall = time.monotonic() - began
+    out = ok(result)
+    assert "tasks in" in result.stderr and "10 created" in result.stderr
+    assert "s100: Complete" in out
+    assert not watch.errors
+    assert 0 < watch.max_active <= 10, watch.max_active
+    sweep = get_sweep(custom_objects, ns, "s100")
+    tasks = [f"task-{i:02d}" for i in range(10)]
+    check_plan_ran_once(sweep, sweep_trials(custom_objects, ns, "s100"), tasks)
+    print(f"100 trials in {wall:.0f}s, at most {watch.max_active} running at once (watch "
+          f"re-lists {watch.relists}, retries {watch.retries})")
+
+    cluster.kubectl_run("-n", ns, "wait", "--for=condition=Complete", "sweep/s100",
+                        "--timeout=10s")
+    listed = ok(shipyard_cli(cluster, "get", "sweeps", "-n", ns))
+    assert "s100" in listed and "100/100" in listed and "Complete" in listed
+    columns = cluster.kubectl_run("-n", ns, "get", "sweep", "s100").stdout
+    assert "100/100" in columns and "0.5" in columns
+
+    # pushing the same directories again changes nothing
+    again = shipyard_cli(cluster, "sweep", "run", str(data), "-a", "oracle", "--name", "s-again",
+                         "-n", ns)
+    ok(again)
+    assert "0 created, 0 updated, 10 unchanged" in again.stderr
+    custom_objects.delete_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "s-again")
+
+    results = tmp_path / "job"
+    ok(shipyard_cli(cluster, "sweep", "results", "s100", "-o", str(results), "-n", ns))
+    job = json.loads((results / "result.json").read_text())
+    assert job["n_total_trials"] == 100
+    assert job["stats"]["n_completed_trials"] == 100
+    assert set(job["stats"]["evals"]) == {"oracle__s100", "nop__s100"}
+    assert job["stats"]["evals"]["oracle__s100"]["pass_at_k"] == {"2": 1.0, "4": 1.0, "5": 1.0}
+    assert job["stats"]["evals"]["nop__s100"]["metrics"] == [{"mean": 0.0}]
+    trial_dirs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(trial_dirs) == 100
+    one = next(p for p in trial_dirs if json.loads((p / "result.json").read_text())
+               ["agent_info"]["name"] == "oracle")
+    assert (one / "verifier/reward.txt").read_text().strip() == "1"
+    assert (one / "agent/oracle.txt").exists() and (one / "verifier/test-stdout.txt").exists()
+
+
+def test_per_task_parallelism_one_serializes_a_tasks_trials(shipyard, custom_objects) -> None:
+    ns = shipyard.namespace
+    for name in ("pa", "pb"):
+        shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                     inline_task(name))
+    with TrialWatch(custom_objects, ns) as watch:
+        create_sweep(custom_objects, ns, "serial", tasks={"names": ["pa", "pb"]},
+                     agents=[{"name": "oracle"}, {"name": "nop"}], attempts=2, parallelism=8,
+                     perTaskParallelism=1)
+        sweep = wait_sweep(custom_objects, ns, "serial", complete, timeout=300)
+    assert not watch.errors
+    assert dict(watch.max_per_task) == {"pa": 1, "pb": 1}
+    assert watch.max_active == 2
+    check_plan_ran_once(sweep, sweep_trials(custom_objects, ns, "serial"), ["pa", "pb"])
+
+
+def test_suspend_stops_new_trials_within_seconds_and_resume_finishes(shipyard, custom_objects
+                                                                     ) -> None:
+    ns = shipyard.namespace
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                 inline_task("st"))
+    with TrialWatch(custom_objects, ns) as watch:
+        create_sweep(custom_objects, ns, "susp", tasks={"names": ["st"]},
+                     agents=[{"name": "oracle"}, {"name": "nop"}], attempts=6, parallelism=2)
+        wait_sweep(custom_objects, ns, "susp",
+                   lambda s: (s.get("status") or {}).get("counts", {}).get("completed", 0) >= 2)
+        custom_objects.patch_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "susp",
+                                                      {"spec": {"suspend": True}})
+        suspended_at = time.monotonic()
+        sweep = wait_sweep(custom_objects, ns, "susp",
+                           lambda s: (cond(s, "Suspended") or {}).get("status") == "True",
+                           timeout=30)
+        # the Trials running when it was suspended finish; no new one appears
+        wait_sweep(custom_objects, ns, "susp", lambda s: s["status"]["counts"]["running"]
+                   + s["status"]["counts"]["pending"] == 0, timeout=120)
+        created_then = len(watch.created)
+        time.sleep(10)
+        assert len(watch.created) == created_then
+        late = [t - suspended_at for t in watch.created.values() if t > suspended_at]
+        assert all(delay < 3 for delay in late), late
+        sweep = get_sweep(custom_objects, ns, "susp")
+        assert sweep["status"]["counts"]["completed"] < 12
+        assert not complete(sweep)
+
+        custom_objects.patch_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "susp",
+                                                      {"spec": {"suspend": False}})
+        sweep = wait_sweep(custom_objects, ns, "susp", complete, timeout=300)
+    assert cond(sweep, "Suspended")["status"] == "False"
+    assert watch.max_active <= 2
+    check_plan_ran_once(sweep, sweep_trials(custom_objects, ns, "susp"), ["st"])
+
+
+def test_bad_tasks_are_named_and_counted_as_errors_and_unscored_slots_retried(
+        shipyard, cluster, custom_objects) -> None:
+    ns = shipyard.namespace
+    for body in (inline_task("good"), inline_task("noreward", reward_file=False),
+                 inline_task("broken", toml='[agent]\ntimeout_sec = "soon"\n')):
+        shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks", body)
+    create_sweep(custom_objects, ns, "mixed", tasks={"names": ["good", "noreward", "nosuch",
+                                                               "broken"]},
+                 agents=[{"name": "oracle"}, {"name": "nop"}], attempts=1, parallelism=4)
+    # the missing task is waited for SHIPYARD_TASK_WAIT_SEC (10 s in the tests), then counted
+    sweep = wait_sweep(custom_objects, ns, "mixed", complete, timeout=240)
+    tasks_ready = cond(sweep, "TasksReady")
+    assert tasks_ready["status"] == "False"
+    assert "task nosuch not found" in tasks_ready["message"]
+    assert "task broken: TaskInvalid" in tasks_ready["message"]
+    assert "timeout_sec" in tasks_ready["message"]
+    counts = sweep["status"]["counts"]
+    assert counts["planned"] == counts["completed"] == 8
+    assert counts["created"] == 4  # good and noreward, each with both agents
+    assert counts["errored"] == 6 and counts["failed"] == 6
+    oracle = next(e for e in sweep["status"]["evals"] if e["agent"] == "oracle")
+    assert oracle["exceptionCounts"] == {"RewardFileNotFoundError": 1, "TaskInvalidError": 1,
+                                         "TaskNotFoundError": 1}
+    assert oracle["metrics"] == [{"mean": 0.25}]
+    events = [e.reason for e in shipyard.events("mixed")]
+    assert "TaskInvalid" in events or "TaskNotFound" in events
+
+    before = {t["metadata"]["name"] for t in sweep_trials(custom_objects, ns, "mixed")}
+    ok(shipyard_cli(cluster, "sweep", "retry", "mixed", "-n", ns))
+    sweep = wait_sweep(custom_objects, ns, "mixed",
+                       lambda s: s["status"]["counts"]["retried"] == 2 and complete(s)
+                       and s["status"]["observedGeneration"] == s["metadata"]["generation"],
+                       timeout=180)
+    after = {t["metadata"]["name"]: t for t in sweep_trials(custom_objects, ns, "mixed")}
+    assert before < set(after)  # the old Trials are kept
+    retried = sorted(set(after) - before)
+    assert len(retried) == 2 and all(n.endswith("-r1") for n in retried)
+    assert {after[n]["spec"]["taskRef"]["name"] for n in retried} == {"noreward"}
+    assert sweep["status"]["counts"]["created"] == 4  # slots, not Trials
+    assert sweep["status"]["counts"]["errored"] == 6  # the retries failed again
+
+
+@pytest.mark.optin
+@pytest.mark.timeout(2400)
+def test_operator_killed_three_times_during_a_200_trial_sweep(shipyard, operator,
+                                                              custom_objects) -> None:
+    ns = shipyard.namespace
+    tasks = [f"k{i:02d}" for i in range(20)]
+    for name in tasks:
+        shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                     inline_task(name, labels={"ds": "kill"}))
+    kills = []
+    with TrialWatch(custom_objects, ns) as watch:
+        began = time.monotonic()
+        create_sweep(custom_objects, ns, "kill", tasks={"selector": {"matchLabels": {
+            "ds": "kill"}}}, agents=[{"name": "oracle"}, {"name": "nop"}], attempts=5,
+                     parallelism=20)
+        for fraction in (0.2, 0.45, 0.7):
+            wait_sweep(custom_objects, ns, "kill", lambda s, f=fraction: (s.get("status") or {})
+                       .get("counts", {}).get("completed", 0) >= 200 * f, timeout=900)
+            operator.kill()
+            kills.append(round(time.monotonic() - began))
+            time.sleep(5)
+            operator.start()
+        sweep = wait_sweep(custom_objects, ns, "kill", complete, timeout=1200)
+        wall = time.monotonic() - began
+    assert not watch.errors
+    assert watch.max_active <= 20, watch.max_active
+    check_plan_ran_once(sweep, sweep_trials(custom_objects, ns, "kill"), tasks)
+    print(f"200 trials in {wall:.0f}s with the operator SIGKILLed at {kills} s; at most "
+          f"{watch.max_active} running at once (watch re-lists {watch.relists}, "
+          f"retries {watch.retries})")
+
+
+def _python312() -> str | None:
+    candidates = [os.environ.get("SHIPYARD_PYTHON312"), shutil.which("python3.12"),
+                  *sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.12*/bin/python3"))]
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", "import sys; assert sys.version_info"
+                                         "[:2] == (3, 12)"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+HARBOR_VENV = Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache/shipyard")) \
+    / "harbor-0.25.0-venv"
+
+
+def harbor_python() -> str:
+    """A python3.12 virtualenv with harbor 0.25.0 (cached): harbor without its dependencies,
+    then its requirements with certifi unpinned (the pinned one is newer than PyPI here)."""
+    python = HARBOR_VENV / "bin/python"
+    if python.exists() and subprocess.run([str(python), "-c", "import harbor.models.job.result"],
+                                          capture_output=True).returncode == 0:
+        return str(python)
+    base = _python312()
+    if base is None:
+        pytest.skip("python3.12 is not installed (harbor 0.25.0 needs it); set "
+                    "SHIPYARD_PYTHON312=/path/to/python3.12")
+    shutil.rmtree(HARBOR_VENV, ignore_errors=True)
+    subprocess.run([base, "-m", "venv", str(HARBOR_VENV)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--no-deps", "harbor==0.25.0"], check=True, timeout=600)
+    requires = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print('\\n'.join(r for r in "
+         "m.requires('harbor') if 'extra ==' not in r))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    requires = ["certifi" if r.startswith("certifi") else r for r in requires]
+    subprocess.run([*pip, *requires], check=True, timeout=1200)
+    return str(python)
+
+
+HARBOR_CHECK = """
+import json, sys
+from pathlib import Path
+from harbor.models.job.result import JobResult
+from harbor.models.trial.result import TrialResult
+root = Path(sys.argv[1])
+job = JobResult.model_validate_json((root / "result.json").read_text())
+trials = [TrialResult.model_validate_json(p.read_text()) for p in root.glob("*/result.json")]
+print(json.dumps({"n_total": job.n_total_trials, "evals": sorted(job.stats.evals),
+                  "trials": len(trials),
+                  "rewards": sorted(t.verifier_result.rewards["reward"] for t in trials)}))
+"""
+
+
+@pytest.mark.optin
+@pytest.mark.timeout(2400)
+def test_sweep_results_load_with_harbors_own_models(shipyard, cluster, custom_objects,
+                                                    tmp_path) -> None:
+    python = harbor_python()
+    ns = shipyard.namespace
+    for name in ("ha", "hb"):
+        shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                     inline_task(name))
+    create_sweep(custom_objects, ns, "hb", tasks={"names": ["ha", "hb"]},
+                 agents=[{"name": "oracle"}, {"name": "nop", "model": "none/zero"}],
+                 attempts=2, parallelism=8)
+    sweep = wait_sweep(custom_objects, ns, "hb", complete, timeout=300)
+    ok(shipyard_cli(cluster, "sweep", "results", "hb", "-o", str(tmp_path / "job"), "-n", ns))
+    loaded = subprocess.run([python, "-c", HARBOR_CHECK, str(tmp_path / "job")],
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    seen = json.loads(loaded.stdout)
+    # The model by its name without the provider, as Harbor's ModelInfo (none/zero → zero).
+    assert seen == {"n_total": 8, "evals": ["nop__zero__hb", "oracle__hb"], "trials": 8,
+                    "rewards": [0.0] * 4 + [1.0] * 4}
+    assert sorted(e["key"] for e in sweep["status"]["evals"]) == seen["evals"]
+
+
+def test_the_api_refuses_a_sweep_with_bad_attempts_or_an_unknown_agent(crds, custom_objects,
+                                                                       namespace) -> None:
+    from kubernetes.client.rest import ApiException
+
+    for spec, field in (({"attempts": 0}, "spec.attempts"),
+                        ({"agents": [{"name": "no-such-agent"}]}, "spec.agents[0].name"),
+                        ({"agents": []}, "spec.agents")):
+        body = {"tasks": {"names": ["a"]}, "agents": [{"name": "oracle"}], **spec}
+        with pytest.raises(ApiException) as refused:
+            create_sweep(custom_objects, namespace, "bad", **body)
+        assert refused.value.status == 422
+        assert field in json.loads(refused.value.body)["message"]

@@ -1,0 +1,67 @@
+"""The CLI's pure sweep pieces: the manifest, the live view, rows and the sweep's current trials."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from shipyard.api.conventions import ANNOTATION_AGENT_KEY, LABEL_ATTEMPT, LABEL_RETRY
+from shipyard.api.sweep import SweepSpec
+from shipyard.cli.sweep_cmd import agent_specs, current_trials
+from shipyard.cli.sweep_view import (
+    eta,
+    progress_line,
+    sweep_body,
+    sweep_row,
+    sweep_view,
+)
+
+NOW = datetime(2026, 11, 23, 12, 10, tzinfo=UTC)
+
+
+def sweep(**status) -> dict:
+    return {"metadata": {"name": "s1", "creationTimestamp": "2026-11-23T12:00:00Z"},
+            "status": {"progress": "40/100", "mean": 0.5, "startTime": "2026-11-23T12:00:00Z",
+                       "counts": {"planned": 100, "completed": 40, "running": 10, "pending": 0,
+                                  "errored": 2, "created": 50},
+                       "evals": [{"key": "oracle__ds", "planned": 50, "finished": 20,
+                                  "nErrors": 1, "metrics": [{"mean": 1.0}],
+                                  "passAtK": {"2": 1.0}}],
+                       **status}}
+
+
+def test_sweep_body_is_a_valid_sweep() -> None:
+    body = sweep_body(["a", "b"], agent_specs(("oracle", "nop"), ("m1",), None, {}),
+                      name=None, prefix="My-Dataset-" * 5, attempts=5, parallelism=20,
+                      per_task_parallelism=1, dataset="ds", template={"retries": 1})
+    spec = SweepSpec.model_validate(body["spec"])
+    assert [a.model for a in spec.agents] == ["m1", "m1"]
+    assert spec.attempts == 5 and spec.per_task_parallelism == 1
+    assert len(body["metadata"]["generateName"]) <= 31
+
+
+def test_view_row_line_and_eta() -> None:
+    s = sweep()
+    assert eta(s, NOW) == "ETA 15m00s"  # 40 in 10 minutes, 60 to go
+    assert sweep_row(s, NOW) == ["s1", "40/100", "10", "2", "0.5", "Running", "10m"]
+    line = progress_line(s, NOW)
+    assert "40/100 done" in line and "oracle__ds 20/50 mean 1" in line and "@2 1.00" in line
+    console = Console(width=140, record=True)
+    console.print(sweep_view(s, NOW))
+    text = console.export_text()
+    assert "oracle__ds" in text and "20/50" in text and "ETA 15m00s" in text
+    done = sweep(completionTime="2026-11-23T12:05:00Z",
+                 conditions=[{"type": "Complete", "status": "True"}])
+    assert eta(done, NOW) == "took 5m00s"
+
+
+def test_current_trials_keep_the_latest_retry() -> None:
+    def t(name, attempt, retry):
+        return {"metadata": {"name": name, "labels": {LABEL_ATTEMPT: str(attempt),
+                                                      LABEL_RETRY: str(retry)},
+                             "annotations": {ANNOTATION_AGENT_KEY: "nop"}},
+                "spec": {"taskRef": {"name": "a"}, "agent": {"name": "nop"}}}
+    kept, superseded = current_trials([t("x", 1, 0), t("x-r1", 1, 1), t("y", 2, 0)])
+    assert sorted(k["metadata"]["name"] for k in kept) == ["x-r1", "y"]
+    assert superseded == 1
