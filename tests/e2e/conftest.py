@@ -39,11 +39,13 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: str, log_path: Path,
                  extra_env: dict[str, str] | None = None,
-                 namespaces: tuple[str, ...] = (f"{TEST_NAMESPACE_PREFIX}-*",)) -> None:
+                 namespaces: tuple[str, ...] = (f"{TEST_NAMESPACE_PREFIX}-*",),
+                 liveness: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.extra_env = {**lease_env(), **(extra_env or {})}
         self.namespaces = namespaces
+        self.liveness = liveness
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -55,7 +57,7 @@ class OperatorProcess:
         self.proc = subprocess.Popen(
             # Only the test namespaces (t-*): an operator installed by a test elsewhere is not
             # raced, and other namespaces of a shared cluster are left alone.
-            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", *served],
+            [sys.executable, "-m", "shipyard", "operator", "--liveness", self.liveness, *served],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )
