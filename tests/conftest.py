@@ -48,12 +48,18 @@ TEST_NAMESPACE_PREFIX = os.environ.get("SHIPYARD_TEST_NS_PREFIX", "t")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test under tests/integration or tests/e2e needs the cluster: mark it so."""
+    """Every test under tests/integration or tests/e2e needs the cluster: mark it so. Tests
+    marked `chaos` (minutes of SIGKILLs) run only when asked for: `-m chaos`."""
     cluster_roots = [TESTS / d for d in CLUSTER_DIRS]
     for item in items:
         path = Path(str(item.path)).resolve()
         if any(path.is_relative_to(root) for root in cluster_roots):
             item.add_marker(pytest.mark.cluster)
+    if "chaos" not in (config.option.markexpr or ""):
+        chaos = [item for item in items if item.get_closest_marker("chaos")]
+        if chaos:
+            config.hook.pytest_deselected(items=chaos)
+            items[:] = [item for item in items if not item.get_closest_marker("chaos")]
 
 
 # ---------------------------------------------------------------- the cluster
