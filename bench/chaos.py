@@ -13,8 +13,10 @@ the same pod would; `--new-identity` models a replaced pod: it waits for the Lea
 
 The agent (`command`) and the verifier each append a line to a file in the environment pod;
 the verifier reports both counts in reward.json. Printed: trials, kills, lost (never
-finished), duplicated phases (a side effect seen twice, a phase recorded twice, or a Started
-Event posted twice), failed (finished without reward 1, with their reasons) and wall time.
+finished), duplicated phases (a side effect seen twice, or a phase recorded twice), failed
+(finished without reward 1, with their reasons), wall time, and trials whose AgentStarted or
+VerifierStarted Event was posted more than once (an Event is posted when a transition is taken;
+a kill before the status write makes the restarted operator take it, and post it, again).
 Exit status 0 only with no lost, no duplicated and no failed trial.
 """
 
@@ -130,7 +132,7 @@ def examine(trial: dict[str, Any], events: Counter[tuple[str, str]]) -> dict[str
     name = trial["metadata"]["name"]
     rewards = status.get("rewards") or {}
     phases = Counter(p.get("name") for p in status.get("phases") or [])
-    duplicated = []
+    duplicated, repeated = [], []
     for key in ("agent_runs", "verifier_runs"):
         if (rewards.get(key) or 0) > 1:
             duplicated.append(f"{key}={rewards[key]}")
@@ -139,10 +141,11 @@ def examine(trial: dict[str, Any], events: Counter[tuple[str, str]]) -> dict[str
             duplicated.append(f"{phases[phase]} {phase} records")
     for reason in STARTED:
         if events[(name, reason)] > 1:
-            duplicated.append(f"{events[(name, reason)]} {reason} Events")
+            repeated.append(f"{events[(name, reason)]} {reason}")
     ok = status.get("phase") == "Completed" and status.get("reward") == 1
     error = status.get("error") or {}
     return {"name": name, "phase": status.get("phase"), "ok": ok, "duplicated": duplicated,
+            "repeated_events": repeated,
             "why": f"{error.get('type')}: {error.get('message', '')[:160]}" if error else
             f"rewards {rewards}"}
 
@@ -225,9 +228,11 @@ def main() -> int:
     duplicated = [r for r in results if r["duplicated"]]
     failed = [r for r in results if r["phase"] in ("Completed", "Failed") and not r["ok"]]
     log_text = log.read_text(errors="replace")
-    figures = {
+    figures: dict[str, Any] = {
         "trials": args.n, "kills": len(kills), "operator starts": operator.starts,
         "lost": len(lost), "duplicated phases": len(duplicated), "failed": len(failed),
+        "trials with a Started Event posted again": sum(bool(r["repeated_events"])
+                                                        for r in results),
         "completed with reward 1": sum(r["ok"] for r in results),
         "wall time (s)": round(wall, 1),
         "leases acquired (log)": log_text.count("shipyard.leader: leading:"),
@@ -241,6 +246,10 @@ def main() -> int:
         print(f"  {key:<26} {value}")
     for r in duplicated:
         print(f"  duplicated {r['name']}: {', '.join(r['duplicated'])}")
+    repeats = Counter(e.split(" ", 1)[1] for r in results for e in r["repeated_events"])
+    if repeats:
+        print(f"  (Started Events posted again after a restart, not phases run again: "
+              f"{dict(repeats)} trials)")
     for r in failed[:20]:
         print(f"  failed {r['name']}: {r['why']}")
     for r in lost[:20]:
