@@ -12,8 +12,9 @@ bounds) its process group is SIGKILLed and a new one started at once. With a fix
 the same pod would; `--new-identity` models a replaced pod: it waits for the Lease to expire.
 
 The agent (`command`) and the verifier each append a line to a file in the environment pod;
-the verifier reports both counts in reward.json. Printed: trials, kills, lost (never
-finished), duplicated phases (a side effect seen twice, or a phase recorded twice), failed
+the verifier reports both counts in reward.json. Printed: trials, kills, lost (not finished
+after `--timeout` seconds of kills and then `--grace` seconds without), finished while
+killing, duplicated phases (a side effect seen twice, or a phase recorded twice), failed
 (finished without reward 1, with their reasons), wall time, and trials whose AgentStarted or
 VerifierStarted Event was posted more than once (an Event is posted when a transition is taken;
 a kill before the status write makes the restarted operator take it, and post it, again).
@@ -158,7 +159,10 @@ def main() -> int:
     parser.add_argument("--agent-sleep", type=float, default=5,
                         help="the agent sleeps this long after its side effect (default 5)")
     parser.add_argument("--image", default="localhost/shipyard/debian:bookworm")
-    parser.add_argument("--timeout", type=float, default=1500)
+    parser.add_argument("--timeout", type=float, default=1500,
+                        help="seconds of kills at most (they stop when every trial finished)")
+    parser.add_argument("--grace", type=float, default=180,
+                        help="then seconds without kills before unfinished trials count lost")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--new-identity", action="store_true",
                         help="each restart is a new pod: it waits for the Lease to expire")
@@ -191,7 +195,7 @@ def main() -> int:
         wait_ready(custom, namespace, "chaos")
         all_done = follow_until(
             custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, "trials"), args.n,
-            args.timeout,
+            args.timeout + args.grace,
             lambda t: (t["metadata"]["name"], True)
             if (t.get("status") or {}).get("phase") in ("Completed", "Failed") else None,
             finished)
@@ -212,6 +216,10 @@ def main() -> int:
         all_done.wait(args.timeout)
         done_all.set()
         killer.join(60)
+        during = len(finished)
+        # The kills stop; what has not finished yet gets `--grace` seconds of a calm operator:
+        # a trial still unfinished then is lost, not merely slowed down by the kills.
+        all_done.wait(args.grace)
         wall = max((t for t, _ in finished.values()), default=time.monotonic()) - began
         trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                       "trials")["items"]
@@ -234,6 +242,7 @@ def main() -> int:
         "trials with a Started Event posted again": sum(bool(r["repeated_events"])
                                                         for r in results),
         "completed with reward 1": sum(r["ok"] for r in results),
+        "finished while killing": during,
         "wall time (s)": round(wall, 1),
         "leases acquired (log)": log_text.count("shipyard.leader: leading:"),
         "seed": seed,
