@@ -49,7 +49,9 @@ TEST_NAMESPACE_PREFIX = os.environ.get("SHIPYARD_TEST_NS_PREFIX", "t")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test under tests/integration or tests/e2e needs the cluster: mark it so."""
+    """Every test under tests/integration or tests/e2e needs the cluster: mark it so. Tests
+    marked `optin` (long or network-heavy: the chaos and 200-trial kill runs) are skipped unless
+    asked for."""
     cluster_roots = [TESTS / d for d in CLUSTER_DIRS]
     optin = os.environ.get("SHIPYARD_RUN_OPTIN") == "1" or "optin" in (
         config.getoption("-m") or "").replace("not optin", "")

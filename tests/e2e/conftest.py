@@ -21,26 +21,43 @@ GROUP, VERSION = "shipyard.dev", "v1alpha1"
 TEST_IMAGE = "localhost/shipyard/debian:bookworm"
 
 
+LEASE_NAMESPACE = "default"
+
+
+def lease_env(name: str = f"shipyard-operator-{TEST_NAMESPACE_PREFIX}",
+              identity: str = f"{TEST_NAMESPACE_PREFIX}-test-operator") -> dict[str, str]:
+    """Leader election for a test operator: a Lease of this test run's own (another checkout's
+    operator, with another prefix, is not blocked by it), and an identity kept across restarts,
+    as a restarted container keeps its pod's name: a killed and restarted operator leads again
+    at once instead of waiting for its old lease to expire."""
+    return {"SHIPYARD_LEADER_LEASE_NAME": name, "SHIPYARD_LEADER_LEASE_NAMESPACE": LEASE_NAMESPACE,
+            "SHIPYARD_LEADER_IDENTITY": identity}
+
+
 class OperatorProcess:
     """`python -m shipyard operator` as a child process, killable and restartable."""
 
     def __init__(self, kubeconfig: str, log_path: Path,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None,
+                 namespaces: tuple[str, ...] = (f"{TEST_NAMESPACE_PREFIX}-*",),
+                 liveness: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
-        self.extra_env = extra_env or {}
+        self.extra_env = {**lease_env(), **(extra_env or {})}
+        self.namespaces = namespaces
+        self.liveness = liveness
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         # A missing Task is waited for 10 s (the default 60 s would only slow the tests down).
         env = dict(os.environ, KUBECONFIG=self.kubeconfig, PYTHONUNBUFFERED="1",
                    SHIPYARD_TASK_WAIT_SEC="10", **self.extra_env)
+        served = [arg for ns in self.namespaces for arg in ("-n", ns)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
             # Only the test namespaces (t-*): an operator installed by a test elsewhere is not
             # raced, and other namespaces of a shared cluster are left alone.
-            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n",
-             f"{TEST_NAMESPACE_PREFIX}-*"],
+            [sys.executable, "-m", "shipyard", "operator", "--liveness", self.liveness, *served],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )

@@ -189,6 +189,31 @@ def test_service_account_is_least_privilege(cluster, install):
         assert not can(verb, resource, "default"), (verb, resource, "default")
     assert not can("list", "trials", None)
     assert not can("delete", "namespaces", None)
+    # Leader election: its own Lease, in its own namespace only.
+    lease = "leases.coordination.k8s.io/shipyard-operator"
+    assert can("update", lease, install.operator_ns)
+    assert not can("update", "leases.coordination.k8s.io/another", install.operator_ns)
+    assert not can("update", lease, ns)
+
+
+def test_a_second_replica_waits_ready_as_a_standby(cluster, install):
+    """Two operator pods: one holds the Lease, the other waits (Ready: it answers the probes)
+    and runs no kopf; scaled back to one, the remaining pod leads."""
+    deployment = f"deployment/{RELEASE}"
+    cluster.kubectl_run("-n", install.operator_ns, "scale", deployment, "--replicas=2")
+    try:
+        cluster.kubectl_run("-n", install.operator_ns, "rollout", "status", deployment,
+                            "--timeout=180s", timeout=200)
+        pods = {p["metadata"]["name"] for p in _operator_pods(cluster, install)}
+        assert len(pods) == 2, pods
+        holder = _json(cluster, "-n", install.operator_ns, "get", "lease",
+                       "shipyard-operator")["spec"]["holderIdentity"]
+        leader = next(p for p in pods if holder.startswith(f"{p}_"))
+        (standby,) = pods - {leader}
+        logs = cluster.kubectl_run("-n", install.operator_ns, "logs", standby).stdout
+        assert f"is held by {holder}" in logs and "kopf" not in logs, logs
+    finally:
+        cluster.kubectl_run("-n", install.operator_ns, "scale", deployment, "--replicas=1")
 
 
 def _kept_trial(cluster, ns: str, name: str, task: str) -> dict:

@@ -47,6 +47,8 @@ CANCEL_ANNOTATION = f"{DOMAIN}/cancel"
 """`kubectl annotate trial NAME shipyard.dev/cancel=true` stops a running trial and keeps its
 record and logs (deleting the Trial would lose them)."""
 FINALIZER = f"{DOMAIN}/operator"
+OPERATOR_LEASE = "shipyard-operator"
+"""The coordination.k8s.io Lease whose holder alone drives trials (`reconcile.leader`)."""
 KOPF_ANNOTATION_PREFIX = DOMAIN
 """kopf keeps its progress and last-handled configuration under this prefix."""
 

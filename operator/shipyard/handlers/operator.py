@@ -14,6 +14,7 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 # Importing registers the handlers with kopf.
 from shipyard.handlers import config, image_builds, pod_watch, sweeps, tasks, trials  # noqa: F401
 from shipyard.handlers.executor import MeasuredExecutor
+from shipyard.handlers.leader import Leadership
 from shipyard.kube.client import requests_made
 
 _executor: MeasuredExecutor | None = None
@@ -70,11 +71,22 @@ def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
-    asyncio.run(
-        kopf.operator(
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=liveness,
-            standalone=True,
+    # One driver per trial: only the holder of the Lease runs kopf (standalone: kopf's own
+    # peering is not used); a standby waits here, before any watch starts.
+    settings = config.load().leader
+    leadership = Leadership(settings) if settings.enabled else None
+    if leadership is not None:
+        leadership.acquire(liveness)
+        leadership.keep()
+    try:
+        asyncio.run(
+            kopf.operator(
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                liveness_endpoint=liveness,
+                standalone=True,
+            )
         )
-    )
+    finally:
+        if leadership is not None:
+            leadership.release()

@@ -45,6 +45,25 @@ def configuration() -> client.Configuration:
         return conf
 
 
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The operator's namespace: its ServiceAccount's in a pod, else the kubeconfig context's,
+    else `default`."""
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as f:
+            if namespace := f.read().strip():
+                return namespace
+    except OSError:
+        pass
+    try:
+        _, active = config.list_kube_config_contexts()
+        return (active or {}).get("context", {}).get("namespace") or "default"
+    except (ConfigException, OSError):
+        return "default"
+
+
 @cache
 def api_client() -> client.ApiClient:
     return CountingApiClient(configuration())

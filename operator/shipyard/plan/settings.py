@@ -15,6 +15,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_THREADS | `threads` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
+| SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
 TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from shipyard.api.conventions import OPERATOR_LEASE
 from shipyard.plan.accelerators import SchedulingSettings
 from shipyard.plan.agents import BUNDLE_REPOSITORY_ENV
 from shipyard.plan.images import ImageSettingError, ImageSettings
@@ -78,6 +80,60 @@ def _ttl(environ: Mapping[str, str]) -> int | None:
     return _positive_int(environ, DEFAULT_TTL_ENV)
 
 
+LEADER_ELECTION_ENV = "SHIPYARD_LEADER_ELECTION"
+LEASE_NAME_ENV = "SHIPYARD_LEADER_LEASE_NAME"
+LEASE_NAMESPACE_ENV = "SHIPYARD_LEADER_LEASE_NAMESPACE"
+IDENTITY_ENV = "SHIPYARD_LEADER_IDENTITY"
+LEASE_SEC_ENV = "SHIPYARD_LEADER_LEASE_SEC"
+RENEW_DEADLINE_ENV = "SHIPYARD_LEADER_RENEW_DEADLINE_SEC"
+RETRY_ENV = "SHIPYARD_LEADER_RETRY_SEC"
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    """Leader election with a coordination.k8s.io Lease, client-go's defaults: only the holder
+    drives trials; it renews every `retry_sec` and exits once it has not renewed for
+    `renew_deadline_sec`, shorter than `lease_sec`, after which a standby may take over."""
+
+    enabled: bool = True
+    lease_name: str = OPERATOR_LEASE
+    namespace: str | None = None
+    """None: the operator's own namespace (its ServiceAccount's; else the kubeconfig's)."""
+    identity: str | None = None
+    """None: `<hostname>_<pid>` (a pod's name; a restarted container keeps it)."""
+    lease_sec: float = 15.0
+    renew_deadline_sec: float = 10.0
+    retry_sec: float = 2.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> LeaderSettings:
+        enabled = environ.get(LEADER_ELECTION_ENV, "1").strip().lower()
+        if enabled not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+            raise ValueError(f"{LEADER_ELECTION_ENV}={enabled!r}: not a boolean")
+        timings = {}
+        for name, key in ((LEASE_SEC_ENV, "lease_sec"), (RENEW_DEADLINE_ENV, "renew_deadline_sec"),
+                          (RETRY_ENV, "retry_sec")):
+            raw = environ.get(name, "").strip()
+            if raw:
+                try:
+                    timings[key] = float(raw)
+                except ValueError:
+                    raise ValueError(f"{name}={raw!r}: not a number of seconds") from None
+        settings = cls(
+            enabled=enabled in ("1", "true", "yes", "on", ""),
+            lease_name=environ.get(LEASE_NAME_ENV, "").strip() or OPERATOR_LEASE,
+            namespace=environ.get(LEASE_NAMESPACE_ENV, "").strip() or None,
+            identity=environ.get(IDENTITY_ENV, "").strip() or None,
+            **timings,
+        )
+        if not 0 < settings.retry_sec < settings.renew_deadline_sec < settings.lease_sec:
+            raise ValueError(
+                f"leader election needs 0 < {RETRY_ENV} < {RENEW_DEADLINE_ENV} < {LEASE_SEC_ENV}"
+                f" (got {settings.retry_sec:g}, {settings.renew_deadline_sec:g},"
+                f" {settings.lease_sec:g})")
+        return settings
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
@@ -95,6 +151,7 @@ class OperatorSettings:
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
     and their trials fail; prebuilt images still run."""
     sweep_status_interval_sec: float = SWEEP_STATUS_INTERVAL_SEC
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -110,11 +167,16 @@ class OperatorSettings:
         except NetworkSettingError as e:
             network, errors = NetworkConfig(), [*errors, str(e)]
         try:
+            leader = LeaderSettings.from_env(environ)
+        except ValueError as e:  # the defaults, which are safe; trials say what was wrong
+            leader, errors = LeaderSettings(), [*errors, str(e)]
+        try:
             images, images_error = ImageSettings.from_env(environ), None
         except ImageSettingError as e:
             images, images_error = ImageSettings(), str(e)
         return cls(
             images=images,
+            leader=leader,
             images_error=images_error,
             scheduling=scheduling,
             network=network,

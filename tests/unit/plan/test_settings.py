@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from shipyard.api.conventions import OPERATOR_LEASE
 from shipyard.plan.accelerators import (
     DEFAULT_LOG_LIMIT_BYTES,
     NO_ACCELERATORS,
     PodOverrides,
     SchedulingSettings,
 )
-from shipyard.plan.settings import DEFAULT_TTL_ENV, OperatorSettings
+from shipyard.plan.settings import DEFAULT_TTL_ENV, LeaderSettings, OperatorSettings
 from shipyard.render.accelerators import apply_scheduling
 
 
@@ -73,3 +74,32 @@ def test_a_bad_setting_is_kept_as_the_error_every_trial_reports():
                                           "SHIPYARD_LOG_LIMIT_BYTES": "lots"})
     assert "SHIPYARD_FQDN_BACKEND='calico'" in settings.error
     assert "SHIPYARD_LOG_LIMIT_BYTES='lots'" in settings.error
+
+
+def test_leader_election_is_on_by_default_with_client_go_timings():
+    leader = OperatorSettings.from_env({}).leader
+    assert leader == LeaderSettings()
+    assert leader.enabled and leader.lease_name == OPERATOR_LEASE
+    assert (leader.lease_sec, leader.renew_deadline_sec, leader.retry_sec) == (15, 10, 2)
+    assert leader.namespace is None and leader.identity is None
+
+
+def test_leader_settings_from_env():
+    leader = LeaderSettings.from_env({
+        "SHIPYARD_LEADER_ELECTION": "false", "SHIPYARD_LEADER_LEASE_NAME": "shipyard-operator-tl",
+        "SHIPYARD_LEADER_LEASE_NAMESPACE": "default", "SHIPYARD_LEADER_IDENTITY": "a",
+        "SHIPYARD_LEADER_LEASE_SEC": "6", "SHIPYARD_LEADER_RENEW_DEADLINE_SEC": "4",
+        "SHIPYARD_LEADER_RETRY_SEC": "1"})
+    assert leader == LeaderSettings(enabled=False, lease_name="shipyard-operator-tl",
+                                    namespace="default", identity="a", lease_sec=6,
+                                    renew_deadline_sec=4, retry_sec=1)
+
+
+def test_leader_timings_must_leave_the_holder_time_to_stop_first():
+    with pytest.raises(ValueError, match="RETRY_SEC < SHIPYARD_LEADER_RENEW_DEADLINE_SEC <"):
+        LeaderSettings.from_env({"SHIPYARD_LEADER_RENEW_DEADLINE_SEC": "20"})
+    with pytest.raises(ValueError, match="SHIPYARD_LEADER_LEASE_SEC='x': not a number"):
+        LeaderSettings.from_env({"SHIPYARD_LEADER_LEASE_SEC": "x"})
+    settings = OperatorSettings.from_env({"SHIPYARD_LEADER_ELECTION": "maybe"})
+    assert settings.leader == LeaderSettings()  # the safe defaults: elected
+    assert "SHIPYARD_LEADER_ELECTION='maybe': not a boolean" in (settings.error or "")
