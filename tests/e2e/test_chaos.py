@@ -1,6 +1,7 @@
 """bench/chaos.py as an opt-in test
-(`SHIPYARD_RUN_OPTIN=1 bash hack/test.sh tests/e2e/test_chaos.py`): the operator SIGKILLed every 5-15 s during SHIPYARD_CHAOS_TRIALS (default 20) concurrent
-trials; none lost, none with a phase run twice, all with reward 1."""
+(`SHIPYARD_RUN_OPTIN=1 bash hack/test.sh tests/e2e/test_chaos.py`): the operator SIGKILLed
+every 5-15 s during SHIPYARD_CHAOS_TRIALS (default 20) concurrent trials; none lost, none with
+a phase run twice, all with reward 1."""
 
 from __future__ import annotations
 
