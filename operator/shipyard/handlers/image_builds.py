@@ -329,13 +329,8 @@ async def start_build(body: kopf.Body, retry: int, **_: Any) -> None:
     await _apply(dict(body), retry)
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
-async def build_pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
-    """The build container ended: decide at once, before the Job controller notices."""
-    statuses = (body.get("status") or {}).get("containerStatuses") or []
-    if not any(cs.get("name") == BUILD_CONTAINER and (cs.get("state") or {}).get("terminated")
-               for cs in statuses):
-        return
+async def _decide_build_of(body: kopf.Body, namespace: str) -> None:
+    """The ImageBuild a build pod or Job belongs to, decided again unless already final."""
     name = (body.get("metadata") or {}).get("labels", {}).get(LABEL_IMAGE_BUILD)
     build = await asyncio.to_thread(objects.get_custom, PLURAL, namespace, name)
     if build is None or machine.is_terminal(_build_status(build)):
@@ -343,6 +338,16 @@ async def build_pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
     if _build_status(build).job_name is None:
         return
     await _apply(build)
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
+async def build_pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    """The build container ended: decide at once, before the Job controller notices."""
+    statuses = (body.get("status") or {}).get("containerStatuses") or []
+    if not any(cs.get("name") == BUILD_CONTAINER and (cs.get("state") or {}).get("terminated")
+               for cs in statuses):
+        return
+    await _decide_build_of(body, namespace)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_IMAGE_BUILD: kopf.PRESENT})
@@ -351,10 +356,4 @@ async def build_job_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
     conditions = (body.get("status") or {}).get("conditions") or []
     if not any(c.get("status") == "True" for c in conditions):
         return
-    name = (body.get("metadata") or {}).get("labels", {}).get(LABEL_IMAGE_BUILD)
-    build = await asyncio.to_thread(objects.get_custom, PLURAL, namespace, name)
-    if build is None or machine.is_terminal(_build_status(build)):
-        return
-    if _build_status(build).job_name is None:
-        return
-    await _apply(build)
+    await _decide_build_of(body, namespace)
