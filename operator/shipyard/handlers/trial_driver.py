@@ -1,7 +1,9 @@
 """Drives one trial: observe → `reconcile.trial_machine` decides → carry it out → patch status.
 
-Runs as a kopf daemon per unfinished Trial, so a restarted operator resumes every trial from its
-status and its pod. Blocking client calls run in threads; no connection is held for a phase.
+Runs as an asyncio task per unfinished Trial (`handlers.trial_tasks`, started from the Trial
+watch and started again with a backoff when it raises), so a restarted operator resumes every
+trial from its status and its pod. Blocking client calls run in threads; no connection is held
+for a phase.
 
 The interface: `TrialDriver(body, logger, settings).run()`. Every decision is the machine's
 (`next_action`, `on_*`, `reconcile.exec_policy` for execs, `task_missing` for a Task not there
@@ -302,8 +304,8 @@ class TrialDriver:
         return stopped
 
     def cancelling(self) -> bool:
-        """The cancel annotation is set (kopf keeps a daemon's body current) and no outcome
-        has been decided yet."""
+        """The cancel annotation is set (the Trial watch keeps the driver's body current) and no
+        outcome has been decided yet."""
         annotations = (self.body.get("metadata") or {}).get("annotations")
         return cancel_requested(annotations) and machine.terminal_condition(self.status) is None
 
@@ -376,7 +378,7 @@ class TrialDriver:
                                 build_namespace_baseline(self.namespace, settings))
         except ApiException as e:
             if is_server_error(e):
-                raise  # transient: the daemon is retried
+                raise  # transient: the driver task is started again
             status, outcome = machine.fail(
                 self.status, Reason.NETWORK_POLICY_UNENFORCEABLE,
                 f"could not create the trial's network policies ({e.status} {e.reason}): "
