@@ -47,6 +47,7 @@ class OperatorProcess:
         self.namespaces = namespaces
         self.liveness = liveness
         self.proc: subprocess.Popen[bytes] | None = None
+        _OPERATORS.append(self)
 
     def start(self) -> None:
         # A missing Task is waited for 10 s (the default 60 s would only slow the tests down).
@@ -80,6 +81,53 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+_OPERATORS: list[OperatorProcess] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed e2e test's report carries what explains it: the Warning Events of its namespace
+    and the operator's log lines about it (CI shows only the test output)."""
+    report = yield
+    namespace = item.funcargs.get("namespace") if hasattr(item, "funcargs") else None
+    if report.failed and call.when == "call" and isinstance(namespace, str):
+        for title, text in failure_context(namespace, item.funcargs.get("core_v1")):
+            report.sections.append((title, text))
+    return report
+
+
+def failure_context(namespace: str, core_v1: Any) -> list[tuple[str, str]]:
+    sections = []
+    if core_v1 is not None:
+        try:
+            events = core_v1.list_namespaced_event(namespace).items
+            lines = [f"{e.involved_object.kind}/{e.involved_object.name} {e.type} {e.reason}: "
+                     f"{(e.message or '')[:300]}" for e in events if e.type != "Normal"]
+            sections.append((f"Warning Events in {namespace}", "\n".join(lines[-40:]) or "none"))
+        except Exception as e:  # diagnostics must not hide the failure
+            sections.append(("Events", f"could not list: {e}"))
+    for op in _OPERATORS:
+        lines = [line[:400] for line in op.log().splitlines()
+                 if namespace in line and ("ERROR" in line or "WARNING" in line
+                                           or "Traceback" in line or "exception" in line)]
+        sections.append((f"operator log about {namespace} ({op.log_path})",
+                         "\n".join(lines[-60:]) or "no warnings or errors"))
+    return sections
+
+
+def brief(status: dict[str, Any]) -> dict[str, Any]:
+    """What a failed assertion needs of a Trial's status: phase, rewards, error, conditions."""
+    return {
+        "phase": status.get("phase"), "rewards": status.get("rewards"),
+        "error": status.get("error"),
+        "conditions": [(c.get("type"), c.get("reason"), c.get("message"))
+                       for c in status.get("conditions") or []],
+        "steps": [(s.get("name"), s.get("state"), s.get("rewards"), s.get("error"))
+                  for s in status.get("steps") or []],
+        "attempts": [(a.get("reason"), a.get("message")) for a in status.get("attempts") or []],
+    }
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import TEST_IMAGE, condition, task_files
+from tests.e2e.conftest import TEST_IMAGE, brief, condition, task_files
 
 HEADER = f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
 
@@ -227,8 +227,9 @@ def test_operator_restarted_at_every_phase_of_a_separate_verifier_multi_step_tri
         seen.add(status["currentPhase"])
         operator.kill()
         operator.start()
-    assert status["phase"] == "Completed", status
-    assert [s.get("rewards") for s in status["steps"]] == [{"reward": 1.0}, {"reward": 1.0}], status
+    assert status["phase"] == "Completed", brief(status)
+    assert [s.get("rewards") for s in status["steps"]] == [{"reward": 1.0}, {"reward": 1.0}], (
+        brief(status))
     assert status["reward"] == 1.0
     assert len(seen) >= 4, seen  # restarts happened across the trial, not just once
     started = [e.reason for e in shipyard.events("restarts-cmd")
