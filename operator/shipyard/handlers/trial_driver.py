@@ -106,6 +106,9 @@ class TrialDriver:
                     update={"logs_config_map": logs_configmap_name(self.body)})
             for type_, reason, message in outcome.events:
                 kopf.event(self.body, type=type_, reason=reason, message=message)
+                if type_ != "Normal":  # the operator's log tells what went wrong, too
+                    self.logger.warning(f"trial {self.namespace}/{self.name}: {reason}: "
+                                        f"{message}")
             if outcome.delete_pods:
                 self.status = machine.with_current_phase(status)
                 await self.flush()  # what ran in them is on record first
@@ -511,6 +514,9 @@ class TrialDriver:
         # story in `kubectl describe`; Completed/Failed would repeat it.
         await self.save(machine.finished(self.status, now()))
         await self.flush()
+        cond = machine.terminal_condition(self.status)
+        self.logger.info(f"trial {self.namespace}/{self.name}: {self.status.phase}"
+                         + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
 
 
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
