@@ -76,8 +76,18 @@ supervisor_lost() {
 launch() {
   id=$1 size=$2 limit=${3:-262144}
   mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
+  # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
+  # next launch starts it), never launched from a truncated tar.
+  bundle=$STATE/bundle.$$
+  head -c "$size" >"$bundle"
+  got=$(wc -c <"$bundle" | tr -d ' ')
+  if [ "$got" != "$size" ]; then
+    rm -f "$bundle"
+    echo "shipyard runner: phase $id: received $got of $size bytes; not launched" >&2
+    return 3
+  fi
   if ! mkdir "$STATE/$id" 2>/dev/null; then
-    head -c "$size" >/dev/null  # already launched: the operator retried; never run twice
+    rm -f "$bundle"  # already launched: the operator retried; never run twice
     result "$id" "$limit"
     return 0
   fi
@@ -87,11 +97,13 @@ launch() {
   now >"$STATE/$id/started"
   date +%s >"$STATE/$id/started_epoch"
   rm -rf "${PHASES:?}/$id" && mkdir -p "$PHASES/$id"
-  if ! head -c "$size" | tar -x -f - -C "$PHASES/$id"; then
+  if ! tar -x -f "$bundle" -C "$PHASES/$id"; then
+    rm -f "$bundle"
     finish "$id" 126 0 "shipyard runner: could not unpack phase $id"
     result "$id" "$limit"
     return 0
   fi
+  rm -f "$bundle"
   echo "$id" >"$STATE/running"
   setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
   echo $! >"$STATE/$id/supervisor"
@@ -109,11 +121,14 @@ chain() {
   shift 2
   staging=$ROOT/staging.$$
   rm -rf "$staging" && mkdir -p "$staging" && chmod 700 "$staging"
-  if ! head -c "$size" | tar -x -f - -C "$staging"; then
+  head -c "$size" >"$staging/chain.tar"
+  got=$(wc -c <"$staging/chain.tar" | tr -d ' ')
+  if [ "$got" != "$size" ] || ! tar -x -f "$staging/chain.tar" -C "$staging"; then
     rm -rf "$staging"
-    echo "shipyard runner: could not unpack the chained phases" >&2
+    echo "shipyard runner: received $got of $size bytes of the chained phases; none launched" >&2
     return 1
   fi
+  rm -f "$staging/chain.tar"
   for id in "$@"; do
     echo "=== $id"
     launch "$id" "$(wc -c <"$staging/$id.tar" | tr -d ' ')" "$limit" <"$staging/$id.tar"

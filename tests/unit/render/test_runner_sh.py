@@ -380,6 +380,31 @@ def test_unreadable_bundle_is_126_with_a_runner_message(runner: Runner) -> None:
     assert runner.ready()
 
 
+def test_a_truncated_upload_launches_nothing_and_a_full_one_then_runs(runner: Runner) -> None:
+    """An operator killed while it uploads a bundle: the phase stays unlaunched, so the next
+    operator's launch runs it whole (never a phase started from part of its files)."""
+    count = runner.root / "count"
+    bundle = build_phase_bundle("p1", phase(f'echo run >> "{count}"'))
+    cut = runner.run("launch", "p1", str(len(bundle)), stdin=bundle[:1536])
+    assert cut.returncode != 0
+    assert b"received 1536 of" in cut.stderr
+    assert runner.status("p1").state == "none"
+    assert runner.launch("p1", phase(f'echo run >> "{count}"')).state in ("done", "running")
+    assert runner.wait("p1").exit_code == 0
+    assert count.read_text() == "run\n"
+    assert not list((runner.root / "state").glob("bundle.*"))
+
+
+def test_a_truncated_chain_upload_launches_nothing(runner: Runner) -> None:
+    bundle = build_chain_bundle([("env", build_phase_bundle("env", phase("echo env"))),
+                                 ("agent", build_phase_bundle("agent", phase("echo agent")))])
+    cut = runner.run("chain", "262144", str(len(bundle)), "env", "agent",
+                     stdin=bundle[:len(bundle) // 2])
+    assert cut.returncode != 0 and b"none launched" in cut.stderr
+    assert runner.status("env").state == "none" and runner.status("agent").state == "none"
+    assert not list(runner.root.glob("staging.*"))
+
+
 def test_prepare_runs_before_the_command(runner: Runner) -> None:
     marker = runner.root / "prepared"
     result = runner.run_phase(phase(f'cat "{marker}"', prepare=f'echo yes > "{marker}"\n'))
