@@ -38,13 +38,17 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
         trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
         return
     if not trial_tasks.update(namespace, name, raw) and _unfinished(raw.get("status") or {}):
-        trial_tasks.start(namespace, name, raw, logger, drive)
+        trial_tasks.start(namespace, name, raw, logger, drive, reread)
     if cancel_requested((raw.get("metadata") or {}).get("annotations")):
         wake(namespace, name)
 
 
 async def drive(body: kopf.Body, logger: logging.Logger) -> None:
     await TrialDriver(body, logger, config.current()).run()
+
+
+async def reread(namespace: str, name: str) -> dict[str, Any] | None:
+    return await asyncio.to_thread(objects.get_custom, "trials", namespace, name)
 
 
 @kopf.on.cleanup()

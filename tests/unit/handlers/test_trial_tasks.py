@@ -10,6 +10,10 @@ from shipyard.handlers import trial_tasks
 LOG = logging.getLogger("test")
 
 
+async def no_reread(namespace: str, name: str) -> dict | None:
+    raise AssertionError("a driver that did not fail is not read again")
+
+
 def trial(uid: str = "u1", phase: str = "Running", note: str = "") -> dict:
     return {"metadata": {"name": "t", "namespace": "ns", "uid": uid,
                          "annotations": {"note": note}}, "status": {"phase": phase}}
@@ -25,7 +29,7 @@ def test_a_task_sees_the_live_body_and_is_not_started_again_once_it_returns() ->
 
     async def scenario() -> None:
         assert not trial_tasks.update("ns", "t", trial())
-        trial_tasks.start("ns", "t", trial(), LOG, driver)
+        trial_tasks.start("ns", "t", trial(), LOG, driver, no_reread)
         assert trial_tasks.update("ns", "t", trial(note="later"))
         release.set()
         await asyncio.sleep(0.01)
@@ -39,12 +43,16 @@ def test_a_task_sees_the_live_body_and_is_not_started_again_once_it_returns() ->
     asyncio.run(scenario())
 
 
-def test_a_failing_driver_is_started_again_and_deletion_cancels_it(monkeypatch) -> None:
-    calls: list[int] = []
+def test_a_failing_driver_is_started_again_from_the_trial_read_afresh_and_deletion_cancels_it(
+        monkeypatch) -> None:
+    calls: list[str] = []
     cancelled = asyncio.Event()
 
+    async def reread(namespace: str, name: str) -> dict | None:
+        return trial(uid="u3", note="as written by the failed driver")
+
     async def driver(body, logger) -> None:
-        calls.append(1)
+        calls.append(body["metadata"]["annotations"]["note"])
         if len(calls) == 1:
             raise RuntimeError("apiserver 503")
         try:
@@ -56,10 +64,11 @@ def test_a_failing_driver_is_started_again_and_deletion_cancels_it(monkeypatch) 
     monkeypatch.setattr(trial_tasks, "FIRST_BACKOFF_SEC", 0.0)
 
     async def scenario() -> None:
-        trial_tasks.start("ns", "t", trial(uid="u3"), LOG, driver)
+        trial_tasks.start("ns", "t", trial(uid="u3", note="from the watch"), LOG, driver, reread)
         for _ in range(20):
             await asyncio.sleep(0)
-        assert len(calls) == 2 and trial_tasks.running() == 1
+        assert calls == ["from the watch", "as written by the failed driver"]
+        assert trial_tasks.running() == 1
         trial_tasks.stop("ns", "t", "u3")
         await asyncio.wait_for(cancelled.wait(), 1)
         assert trial_tasks.running() == 0
@@ -73,9 +82,30 @@ def test_stop_all_cancels_every_task() -> None:
 
     async def scenario() -> None:
         for i in range(3):
-            trial_tasks.start("ns", f"t{i}", trial(uid=f"s{i}"), LOG, driver)
+            trial_tasks.start("ns", f"t{i}", trial(uid=f"s{i}"), LOG, driver, no_reread)
         await asyncio.sleep(0)
         await trial_tasks.stop_all(timeout=1)
         assert trial_tasks.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_driver_of_a_deleted_trial_is_not_started_again(monkeypatch) -> None:
+    calls: list[int] = []
+
+    async def gone(namespace: str, name: str) -> dict | None:
+        return None
+
+    async def driver(body, logger) -> None:
+        calls.append(1)
+        raise RuntimeError("apiserver 503")
+
+    monkeypatch.setattr(trial_tasks, "FIRST_BACKOFF_SEC", 0.0)
+
+    async def scenario() -> None:
+        trial_tasks.start("ns", "t", trial(uid="u4"), LOG, driver, gone)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls == [1] and trial_tasks.running() == 0
 
     asyncio.run(scenario())
