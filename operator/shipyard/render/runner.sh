@@ -146,8 +146,10 @@ finish() {
   echo "$rc" >"$s/rc"
   echo "$timed_out" >"$s/timed_out"
   now >"$s/finished"
-  rm -f "$STATE/running"
   : >"$s/done"
+  # Only then ready: the readiness flip wakes the operator, whose `result` must find it done
+  # (else it would wait, with no further pod event, until the phase's deadline).
+  if [ "$(cat "$STATE/running" 2>/dev/null)" = "$id" ]; then rm -f "$STATE/running"; fi
 }
 
 # The environment of the phase command: the phase env, then mounted secrets when asked for.

@@ -258,6 +258,21 @@ def test_ready_is_false_while_a_phase_runs_and_true_once_it_ends(runner: Runner)
     assert runner.ready()
 
 
+def test_a_phase_is_done_before_the_pod_turns_ready_and_never_unreadies_the_next(
+        runner: Runner) -> None:
+    """The readiness flip wakes the operator: by then `result` must say done. A phase that
+    ends after the next one was launched (a chain) leaves the next one's marker alone."""
+    wait_for_go, go = gate(runner)
+    runner.launch("p1", phase(wait_for_go), grace=0)
+    (runner.root / "state" / "running").write_text("p2\n")  # as a next launch would write it
+    go.touch()
+    runner.wait_done("p1")
+    assert not runner.ready()  # p2's marker is still there
+    (runner.root / "state" / "running").unlink()
+    runner.launch("p3", phase("true"), grace=5)
+    assert runner.ready() and runner.status("p3").done
+
+
 def test_a_quick_phase_s_launch_carries_its_result(runner: Runner) -> None:
     """One exec for a phase that ends within the grace: status, output and collected files."""
     log = runner.root / "log.txt"
