@@ -261,10 +261,11 @@ def test_bad_dockerfiles_fail_the_task_and_its_trials_with_the_builders_words(
     for job in build_jobs(batch_v1, namespace):
         pods = shipyard.core.list_namespaced_pod(
             namespace, label_selector=f"job-name={job.metadata.name}").items
-        if pods:
-            ended = next(cs.state.terminated.finished_at
-                         for cs in pods[0].status.container_statuses if cs.name == "buildctl")
-        else:
+        ended = next((cs.state.terminated.finished_at
+                      for pod in pods[:1] for cs in pod.status.container_statuses or []
+                      if cs.name == "buildctl" and cs.state.terminated), None)
+        if ended is None:  # its pod is gone, or still being killed at the deadline
+            job = batch_v1.read_namespaced_job(job.metadata.name, namespace)
             ended = next(c.last_transition_time for c in job.status.conditions or []
                          if c.type in ("FailureTarget", "Failed"))
         build = shipyard.get("imagebuilds", job.metadata.name)
