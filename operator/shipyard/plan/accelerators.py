@@ -207,6 +207,7 @@ NO_OVERRIDES = PodOverrides()
 
 UNSCHEDULABLE_GRACE_ENV = "SHIPYARD_UNSCHEDULABLE_GRACE_SEC"
 ACCELERATOR_GRACE_ENV = "SHIPYARD_ACCELERATOR_UNSCHEDULABLE_GRACE_SEC"
+IMAGE_PULL_GRACE_ENV = "SHIPYARD_IMAGE_PULL_GRACE_SEC"
 POD_DEFAULTS_ENV = {
     "node_selector": "SHIPYARD_TRIAL_NODE_SELECTOR",  # a JSON object
     "tolerations": "SHIPYARD_TRIAL_TOLERATIONS",  # a JSON list of tolerations
@@ -243,6 +244,9 @@ class SchedulingSettings:
 
     unschedulable_grace_sec: float = 30.0
     accelerator_grace_sec: float = 600.0
+    image_pull_grace_sec: float = 120.0
+    """How long a pull error that may pass (kubelet's pull QPS, a registry timeout) is left to
+    the kubelet's retries; a missing image or a denied pull fails at once."""
     pod_defaults: PodOverrides = NO_OVERRIDES
     """Operator-wide pod settings (the Helm chart's `trials.*`) under each Trial's spec.pod."""
     log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES
@@ -261,7 +265,8 @@ class SchedulingSettings:
         )
         values: list[Any] = []
         for name, default in ((UNSCHEDULABLE_GRACE_ENV, cls.unschedulable_grace_sec),
-                              (ACCELERATOR_GRACE_ENV, cls.accelerator_grace_sec)):
+                              (ACCELERATOR_GRACE_ENV, cls.accelerator_grace_sec),
+                              (IMAGE_PULL_GRACE_ENV, cls.image_pull_grace_sec)):
             raw = environ.get(name)
             try:
                 value = float(raw) if raw else default

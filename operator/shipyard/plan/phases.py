@@ -217,6 +217,7 @@ class TrialPlan:
     network: TrialNetwork | None = None  # None: no network objects (tests of other parts)
     pod_overrides: PodOverrides = NO_OVERRIDES
     unschedulable_grace_sec: float = SchedulingSettings.unschedulable_grace_sec
+    image_pull_grace_sec: float = SchedulingSettings.image_pull_grace_sec
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
 
     @property
@@ -358,6 +359,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             spec, scheduling or SchedulingSettings(),
             [environment, *(s.verifier_pod for s in step_plans if s.verifier_pod)],
         ),
+        image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
     )
 

@@ -15,6 +15,10 @@ IMAGE_PULL_REASONS = {
     "InvalidImageName",
     "RegistryUnavailable",
 }
+# Pull errors no retry mends: the image is not there, or the registry refuses us.
+PERMANENT_PULL_REASONS = {"ErrImageNeverPull", "InvalidImageName"}
+PERMANENT_PULL_WORDS = ("not found", "manifest unknown", "unauthorized", "denied", "forbidden",
+                        "invalid reference")
 CONTAINER_CONFIG_REASONS = {
     "CreateContainerConfigError",
     "CreateContainerError",
@@ -31,6 +35,7 @@ class PodObservation:
     created_at: datetime | None = None
     lost: str | None = None  # why the pod can no longer run a phase
     image_pull_error: str | None = None
+    image_pull_permanent: bool = False  # else kubelet's retries may still pull it
     config_error: str | None = None
     unschedulable: str | None = None  # the scheduler's message while Unschedulable
     network: str | None = None  # the network policy key the pod is under (its label)
@@ -56,6 +61,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         why = status.get("reason") or phase
         lost = f"the environment pod stopped ({why}): {status.get('message') or 'no message'}"
     image_pull_error = config_error = None
+    image_pull_permanent = False
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
         if "terminated" in state and lost is None:
@@ -67,6 +73,9 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in IMAGE_PULL_REASONS:
             image_pull_error = f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}"
+            image_pull_permanent = image_pull_permanent or (
+                waiting["reason"] in PERMANENT_PULL_REASONS
+                or any(w in (waiting.get("message") or "").lower() for w in PERMANENT_PULL_WORDS))
         elif waiting.get("reason") in CONTAINER_CONFIG_REASONS:
             config_error = f"{waiting['reason']}: {waiting.get('message') or ''}".strip()
     scheduled = conditions.get("PodScheduled", {})
@@ -81,6 +90,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         created_at=parse_time(meta.get("creationTimestamp")),
         lost=lost,
         image_pull_error=image_pull_error,
+        image_pull_permanent=image_pull_permanent,
         config_error=config_error,
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),

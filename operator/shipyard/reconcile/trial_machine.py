@@ -774,7 +774,13 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
         return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
-        return Reason.IMAGE_PULL_FAILED, pod.image_pull_error
+        pulling_since = pod.created_at or now
+        grace = timedelta(seconds=plan.image_pull_grace_sec)
+        if pod.image_pull_permanent:
+            return Reason.IMAGE_PULL_FAILED, pod.image_pull_error
+        if now - pulling_since >= grace:
+            return (Reason.IMAGE_PULL_FAILED,
+                    f"{pod.image_pull_error} (still failing after {grace.total_seconds():g} s)")
     if pod.config_error:
         return Reason.POD_LOST, pod.config_error
     if first and not rec.launched and not pod.ready:
@@ -816,6 +822,8 @@ def _deadline(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime
             candidates.append(started + timedelta(seconds=plan.start_timeout_sec))
         if pod.unschedulable and pod.created_at:
             candidates.append(pod.created_at + _grace(plan))
+        if pod.image_pull_error and pod.created_at:
+            candidates.append(pod.created_at + timedelta(seconds=plan.image_pull_grace_sec))
         return min(candidates) if candidates else None
     started = parse_time(rec.started_at)
     if spec.timeout_sec is not None and started is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
 from tests.unit.helpers import T0, pod, unschedulable_pod, waiting
 
@@ -77,6 +79,20 @@ def test_image_pull_error_without_message_names_the_image() -> None:
 def test_invalid_image_name_is_an_image_pull_error() -> None:
     seen = observe_pod(pod(phase="Pending", container_state=waiting("InvalidImageName", "bad")))
     assert seen.image_pull_error == "InvalidImageName: bad"
+
+
+@pytest.mark.parametrize(("reason", "message", "permanent"), [
+    ("ErrImagePull", "pull QPS exceeded", False),
+    ("ErrImagePull", "dial tcp 10.0.0.1:5000: i/o timeout", False),
+    ("ImagePullBackOff", 'Back-off pulling image "a:1"', False),
+    ("ErrImagePull", 'failed to resolve reference "a:1": a:1: not found', True),
+    ("ErrImagePull", "unexpected status 401 Unauthorized", True),
+    ("ErrImageNeverPull", 'Container image "a:1" is not present with pull policy of Never', True),
+    ("InvalidImageName", "bad", True),
+])
+def test_pull_errors_that_no_retry_mends_are_permanent(reason, message, permanent) -> None:
+    seen = observe_pod(pod(phase="Pending", container_state=waiting(reason, message)))
+    assert seen.image_pull_error and seen.image_pull_permanent is permanent
 
 
 def test_container_config_error() -> None:

@@ -223,15 +223,31 @@ def test_unschedulable_fails_only_after_the_grace_period() -> None:
     assert "Insufficient cpu" in cond(decided, "Failed").message
 
 
-def test_image_pull_back_off_fails_at_once() -> None:
+def test_a_missing_image_fails_at_once() -> None:
     plan = plan_for()
     bad = observe_pod(pod(phase="Pending", container_state=waiting(
-        "ImagePullBackOff", 'Back-off pulling image "nope:1"')))
+        "ErrImagePull", 'failed to pull and unpack image "nope:1": not found')))
     action, decided, _ = m.next_action(with_pod(plan), plan, pods(bad), at(1))
     assert isinstance(action, m.Finish)
     assert cond(decided, "Failed").reason == "ImagePullFailed"
     assert "nope:1" in cond(decided, "Failed").message
     assert m.finished(decided, at(2)).phase == "Failed"
+
+
+@pytest.mark.parametrize("state", [waiting("ErrImagePull", "pull QPS exceeded"),
+                                   waiting("ImagePullBackOff", 'Back-off pulling image "a:1"')])
+def test_a_pull_error_that_may_pass_is_left_to_the_kubelet_for_the_grace(state) -> None:
+    """E.g. the kubelet's pull QPS, hit when twenty trials of one new image start at once: its
+    own retries pull the image; the trial fails only if the error outlasts the grace."""
+    plan = plan_for()
+    assert plan.image_pull_grace_sec == 120
+    slow = observe_pod(pod(phase="Pending", container_state=state))
+    action, decided, _ = m.next_action(with_pod(plan), plan, pods(slow), at(119))
+    assert (action, decided) == (m.Wait(at(120)), None)
+    action, decided, _ = m.next_action(with_pod(plan), plan, pods(slow), at(120))
+    assert isinstance(action, m.Finish)
+    assert cond(decided, "Failed").reason == "ImagePullFailed"
+    assert "still failing after 120 s" in cond(decided, "Failed").message
 
 
 # ---------------------------------------------------------------- losing the pod
