@@ -21,6 +21,7 @@ from shipyard.cli.sweep_view import (
     state,
     sweep_body,
     sweep_view,
+    usage,
 )
 
 AGENTS = get_args(AgentSpec.model_fields["name"].annotation)
@@ -322,5 +323,8 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     for key, stats in job["stats"]["evals"].items():
         metric = ", ".join(f"{k} {v:.4g}" for k, v in stats["metrics"][0].items())
         passes = ", ".join(f"pass@{k} {v:.4g}" for k, v in stats["pass_at_k"].items())
+        spent = usage(stats["n_input_tokens"], stats["n_cache_tokens"],
+                      stats["n_output_tokens"], stats["cost_usd"])
         click.echo(f"{key}: {stats['n_trials']} trial(s) with rewards, {stats['n_errors']} "
-                   f"error(s), {metric}" + (f", {passes}" if passes else ""))
+                   f"error(s), {metric}" + (f", {passes}" if passes else "")
+                   + (f", {spent}" if spent else ""))

@@ -96,8 +96,25 @@ def _passes(stats: Mapping[str, Any]) -> str:
     return " ".join(f"@{k} {v:.2f}" for k, v in (stats.get("passAtK") or {}).items()) or "-"
 
 
+def usage(inputs: int | None, cache: int | None, outputs: int | None, cost: float | None
+          ) -> str:
+    """Summed agent tokens and cost, `tokens in 1200 cache 300 out 80, cost $0.0123`; "" when
+    no Trial reported any (oracle, nop, command agents)."""
+    if inputs is None and cache is None and outputs is None and cost is None:
+        return ""
+    return (f"tokens in {number(inputs)} cache {number(cache)} out {number(outputs)}, cost "
+            + ("-" if cost is None else f"${cost:.4g}"))
+
+
+def eval_usage(stats: Mapping[str, Any]) -> str:
+    """`usage` of one eval key of a Sweep's status."""
+    return usage(stats.get("nInputTokens"), stats.get("nCacheTokens"),
+                 stats.get("nOutputTokens"), stats.get("costUsd"))
+
+
 def sweep_view(sweep: Mapping[str, Any], now: datetime) -> Group:
-    """The live view: a bar per eval key with its done/errors/mean/pass@k, the counts, ETA."""
+    """The live view: a bar per eval key with its done/errors/mean/pass@k (and the agents'
+    tokens and cost when they report any), the counts, ETA."""
     status = sweep.get("status") or {}
     counts = status.get("counts") or {}
     header = Text.assemble(
@@ -108,14 +125,22 @@ def sweep_view(sweep: Mapping[str, Any], now: datetime) -> Group:
         f"{counts.get('retried', 0)} retried · mean {number(status.get('mean')) or '-'} · "
         f"{eta(sweep, now)}")
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for column in ("EVAL", "", "DONE", "ERRORS", "METRIC", "PASS@K"):
+    evals = status.get("evals") or []
+    with_usage = any(eval_usage(e) for e in evals)
+    for column in ("EVAL", "", "DONE", "ERRORS", "METRIC", "PASS@K") + (
+            ("TOKENS IN/CACHE/OUT", "COST") if with_usage else ()):
         table.add_column(column)
-    for stats in status.get("evals") or []:
+    for stats in evals:
         planned = max(1, stats.get("planned", 0))
+        cost = stats.get("costUsd")
         table.add_row(stats["key"], ProgressBar(total=planned, completed=stats.get("finished", 0),
                                                 width=30),
                       f"{stats.get('finished', 0)}/{stats.get('planned', 0)}",
-                      str(stats.get("nErrors", 0)), _metric(stats), _passes(stats))
+                      str(stats.get("nErrors", 0)), _metric(stats), _passes(stats),
+                      *((f"{number(stats.get('nInputTokens'))}/"
+                         f"{number(stats.get('nCacheTokens'))}/"
+                         f"{number(stats.get('nOutputTokens'))}",
+                         "-" if cost is None else f"${cost:.4g}") if with_usage else ()))
     notes = [Text(f"{c['type']}: {c.get('message', '')}", style="red")
              for c in status.get("conditions") or []
              if (c.get("status") == "False" and c.get("type") == "TasksReady")
@@ -128,7 +153,9 @@ def progress_line(sweep: Mapping[str, Any], now: datetime) -> str:
     status = sweep.get("status") or {}
     counts = status.get("counts") or {}
     evals = "; ".join(f"{e['key']} {e.get('finished', 0)}/{e.get('planned', 0)} "
-                      f"{_metric(e)} pass{_passes(e)}" for e in status.get("evals") or [])
+                      f"{_metric(e)} pass{_passes(e)}"
+                      + (f" {eval_usage(e)}" if eval_usage(e) else "")
+                      for e in status.get("evals") or [])
     return (f"sweep {sweep['metadata']['name']}: {status.get('progress') or '0/?'} done, "
             f"{counts.get('running', 0)} running, {counts.get('errored', 0)} errors, mean "
             f"{number(status.get('mean')) or '-'}, {eta(sweep, now)}" + (f" | {evals}"

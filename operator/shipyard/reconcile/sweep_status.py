@@ -299,8 +299,12 @@ class _Eval:
 
 
 def _add_tokens(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
-    return [a if b is None else (b if a is None else a + b) for a, b in zip(total, more,
-                                                                            strict=True)]
+    """(input, cache, output tokens, cost) summed; a part no Trial reported stays None."""
+    summed = [a if b is None else (b if a is None else a + b)
+              for a, b in zip(total, more, strict=True)]
+    if summed[3] is not None:  # no float noise (0.1 + 0.2) in the status
+        summed[3] = round(summed[3], 9)
+    return summed
 
 
 def _condition(type_: str, status: str, reason: str, message: str, now: datetime,

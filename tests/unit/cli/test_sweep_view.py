@@ -15,6 +15,7 @@ from shipyard.cli.sweep_view import (
     sweep_body,
     sweep_row,
     sweep_view,
+    usage,
 )
 
 NOW = datetime(2026, 11, 23, 12, 10, tzinfo=UTC)
@@ -65,3 +66,24 @@ def test_current_trials_keep_the_latest_retry() -> None:
     kept, superseded = current_trials([t("x", 1, 0), t("x-r1", 1, 1), t("y", 2, 0)])
     assert sorted(k["metadata"]["name"] for k in kept) == ["x-r1", "y"]
     assert superseded == 1
+
+
+def test_tokens_and_cost_per_eval_key_are_shown_when_reported() -> None:
+    cc = {"key": "claude-code__m__ds", "planned": 3, "finished": 3, "metrics": [{"mean": 1.0}],
+          "nInputTokens": 1200, "nCacheTokens": 0, "nOutputTokens": 90, "costUsd": 0.0123}
+    cx = {"key": "codex__m__ds", "planned": 3, "finished": 3, "metrics": [{"mean": 0.0}],
+          "nInputTokens": 450, "nCacheTokens": 0, "nOutputTokens": 45}
+    s = sweep(evals=[cc, cx])
+    line = progress_line(s, NOW)
+    assert "claude-code__m__ds 3/3 mean 1 pass- tokens in 1200 cache 0 out 90, cost $0.0123" \
+        in line
+    assert "codex__m__ds 3/3 mean 0 pass- tokens in 450 cache 0 out 45, cost -" in line
+    console = Console(width=200, record=True)
+    console.print(sweep_view(s, NOW))
+    text = console.export_text()
+    assert "TOKENS IN/CACHE/OUT" in text and "1200/0/90" in text and "$0.0123" in text
+    assert "450/0/45" in text
+    assert usage(None, None, None, None) == ""  # oracle and nop report nothing
+    plain = Console(width=200, record=True)
+    plain.print(sweep_view(sweep(), NOW))
+    assert "TOKENS" not in plain.export_text() and "tokens" not in progress_line(sweep(), NOW)

@@ -216,6 +216,35 @@ def test_tokens_and_cost_are_summed_when_reported() -> None:
             status.cost_usd) == (11, 2, 5, 0.5)
 
 
+def test_tokens_and_cost_are_summed_per_eval_key() -> None:
+    """Two installed agents x 3 attempts: each eval key sums its own Trials' agentResult
+    (a Trial that reports no cost leaves its key's cost null, a superseded retry counts not)."""
+    spec = make_spec(tasks={"names": ["hello"]}, attempts=3, agents=[
+        {"name": "claude-code", "model": "anthropic/stub-solve-cc"},
+        {"name": "codex", "model": "stub-solve-cx"}])
+    slots = expand(["hello"], spec)
+    usage = {"claude-code": {"inputTokens": 200, "cacheTokens": 20, "outputTokens": 30,
+                             "costUsd": 0.1},
+             "codex": {"inputTokens": 150, "cacheTokens": 0, "outputTokens": 15}}
+    trials = [trial(spec, s, "Completed", 1.0 if s.agent == 0 else 0.0,
+                    agent_result=usage[spec.agents[s.agent].name]) for s in slots]
+    trials.append(trial(spec, slots[0], "Failed", generation=-1,  # an older, superseded try
+                        agent_result={"inputTokens": 10**6, "costUsd": 9.0}))
+    status = sweep_status(sweep_of(spec), spec, ready("hello"), slots, trials, NOW)
+    evals = {e.key: e for e in status.evals}
+    assert set(evals) == {"claude-code__stub-solve-cc__sw", "codex__stub-solve-cx__sw"}
+    cc, cx = evals["claude-code__stub-solve-cc__sw"], evals["codex__stub-solve-cx__sw"]
+    assert (cc.planned, cc.finished, cc.n_trials, cc.metrics) == (3, 3, 3, [{"mean": 1.0}])
+    assert (cx.planned, cx.finished, cx.n_trials, cx.metrics) == (3, 3, 3, [{"mean": 0.0}])
+    assert (cc.n_input_tokens, cc.n_cache_tokens, cc.n_output_tokens) == (600, 60, 90)
+    assert cc.cost_usd == 0.3  # 0.1 + 0.1 + 0.1, without the float noise
+    assert (cx.n_input_tokens, cx.n_cache_tokens, cx.n_output_tokens, cx.cost_usd) == (
+        450, 0, 45, None)
+    assert (status.n_input_tokens, status.n_output_tokens, status.cost_usd) == (1050, 135, 0.3)
+    dumped = status.model_dump(by_alias=True, mode="json")["evals"][0]
+    assert {"nInputTokens", "nCacheTokens", "nOutputTokens", "costUsd"} <= set(dumped)
+
+
 def test_compress() -> None:
     assert compress([]) == ""
     assert compress([3, 0, 1, 2, 5, 7, 8]) == "0-3,5,7-8"
