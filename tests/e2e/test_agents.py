@@ -18,6 +18,8 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.conftest import ROOT, TEST_IMAGE, condition
+from tests.e2e.test_cli import ok, shipyard_cli
+from tests.e2e.test_sweeps import complete, create_sweep, sweep_trials, wait_sweep
 
 STUB_SCRIPT = ROOT / "hack" / "llmstub" / "llmstub.py"
 BUNDLES = ROOT / "hack" / "localcluster" / "agent_bundles.py"
@@ -315,3 +317,81 @@ def test_codex_runs_on_an_image_without_glibc(shipyard, stub, bundles, key_secre
     assert trial["status"]["reward"] == 1.0, trial["status"]
     assert trial["status"]["agentResult"]["inputTokens"] == (
         stub.stats()["stub-solve-bare"]["input_tokens"])
+
+
+def sum_reported(values: Any) -> Any:
+    """The sum of the values reported, None when none was (as the Sweep sums them)."""
+    reported = [v for v in values if v is not None]
+    return sum(reported) if reported else None
+
+
+@pytest.mark.timeout(600)
+def test_a_sweep_of_two_agents_by_three_attempts_sums_tokens_and_cost_per_eval_key(
+        cluster, shipyard, custom_objects, stub, bundles, key_secret):
+    """claude-code (solving) and codex (doing nothing) x 3 attempts on hello-world: each eval
+    key counts its 3 trials, its mean reward, and the tokens its trials' agentResult report,
+    which add up to the usage the stub reported to that model; claude-code's cost is summed.
+    `shipyard sweep watch` (from the Sweep's status) and `shipyard sweep results` (from the
+    Trials, Harbor's JobStats) show the same per eval key."""
+    ns = shipyard.namespace
+    cluster.kubectl_run("-n", ns, "apply", "-f", str(HELLO))
+    models = {"claude-code": "stub-solve-sweep", "codex": "stub-nothing-sweep"}
+    began = time.monotonic()
+    create_sweep(custom_objects, ns, "agents", tasks={"names": ["hello-world"]},
+                 agents=[agent(a, m, stub, bundles, key_secret) for a, m in models.items()],
+                 attempts=3, parallelism=6, dataset="hello")
+    sweep = wait_sweep(custom_objects, ns, "agents", complete, timeout=420)
+    print(f"2 agents x 3 attempts: {time.monotonic() - began:.0f} s")
+    trials = sweep_trials(custom_objects, ns, "agents")
+    used = stub.stats()
+    status = sweep["status"]
+    assert status["counts"]["planned"] == status["counts"]["completed"] == 6, status
+    assert status["counts"]["errored"] == 0, status
+    evals = {e["key"]: e for e in status["evals"]}
+    keys = {"claude-code": "claude-code__stub-solve-sweep__hello",
+            "codex": "codex__stub-nothing-sweep__hello"}
+    assert set(evals) == set(keys.values()), evals
+    fields = ("inputTokens", "cacheTokens", "outputTokens")
+    for name, model in models.items():
+        mine = [t for t in trials if t["spec"]["agent"]["name"] == name]
+        assert len(mine) == 3 and all(t["status"]["phase"] == "Completed" for t in mine)
+        results = [t["status"]["agentResult"] for t in mine]
+        stats = evals[keys[name]]
+        reward = 1.0 if name == "claude-code" else 0.0
+        assert [t["status"]["reward"] for t in mine] == [reward] * 3
+        assert (stats["planned"], stats["finished"], stats["nTrials"], stats["nErrors"]) == (
+            3, 3, 3, 0), stats
+        assert stats["metrics"] == [{"mean": reward}]
+        summed = {f: sum_reported(r.get(f) for r in results) for f in fields}
+        assert (stats["nInputTokens"], stats["nCacheTokens"], stats["nOutputTokens"]) == (
+            summed["inputTokens"], summed["cacheTokens"], summed["outputTokens"]), stats
+        # ... which is what the stub reported to this model over the 3 trials
+        assert (summed["inputTokens"], summed["outputTokens"]) == (
+            used[model]["input_tokens"], used[model]["output_tokens"]), used
+        assert used[model]["requests"] >= 3 and summed["inputTokens"] > 0
+    cc = evals[keys["claude-code"]]
+    cc_costs = [t["status"]["agentResult"]["costUsd"] for t in trials
+                if t["spec"]["agent"]["name"] == "claude-code"]
+    assert None not in cc_costs and cc["costUsd"] == pytest.approx(sum(cc_costs)) > 0
+    assert evals[keys["codex"]]["costUsd"] is None  # codex reports no cost
+    assert status["nInputTokens"] == sum(e["nInputTokens"] for e in evals.values())
+
+    def spent(stats: dict[str, Any], cost: str) -> str:
+        return (f"tokens in {stats['nInputTokens']} cache {stats['nCacheTokens']} out "
+                f"{stats['nOutputTokens']}, cost {cost}")
+
+    cc_cost = f"${cc['costUsd']:.4g}"
+    watched = ok(shipyard_cli(cluster, "sweep", "watch", "agents", "--timeout", "30", "-n", ns))
+    assert f"{keys['claude-code']} 3/3 mean 1" in watched and spent(cc, cc_cost) in watched
+    assert f"{keys['codex']} 3/3 mean 0" in watched
+    assert spent(evals[keys["codex"]], "-") in watched
+    results_out = ok(shipyard_cli(cluster, "sweep", "results", "agents", "-n", ns))
+    lines = {line.split(":")[0]: line for line in results_out.splitlines()}
+    assert "3 trial(s) with rewards, 0 error(s), mean 1" in lines[keys["claude-code"]]
+    assert spent(cc, cc_cost) in lines[keys["claude-code"]], results_out
+    assert spent(evals[keys["codex"]], "-") in lines[keys["codex"]], results_out
+    job = json.loads(ok(shipyard_cli(cluster, "sweep", "results", "agents", "--json", "-n", ns)))
+    harbor = job["stats"]["evals"][keys["claude-code"]]
+    assert (harbor["n_input_tokens"], harbor["n_output_tokens"]) == (cc["nInputTokens"],
+                                                                     cc["nOutputTokens"])
+    assert harbor["cost_usd"] == pytest.approx(cc["costUsd"])

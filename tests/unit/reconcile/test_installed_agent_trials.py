@@ -177,6 +177,30 @@ def test_the_claude_code_example_plans() -> None:
     assert plan.phase("agent").env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
 
 
+def test_the_agents_sweep_example_plans_each_agents_trials() -> None:
+    import yaml
+
+    from shipyard.api.models import TrialSpec
+    from shipyard.api.sweep import SweepSpec
+    from shipyard.plan.phases import build_plan
+    from shipyard.plan.sweep import eval_key, expand, trial_body
+    from tests.unit.helpers import REPO, hello_world
+
+    doc = yaml.safe_load((REPO / "examples" / "claude-code" / "sweep.yaml").read_text())
+    spec = SweepSpec.model_validate(doc["spec"])
+    doc["metadata"].update(uid="u", namespace="evals")
+    slots = expand(["hello-world"], spec)
+    assert len(slots) == 6
+    assert {eval_key(a.name, a.model, "hello") for a in spec.agents} == {
+        "claude-code__claude-sonnet-4-5__hello", "codex__gpt-5__hello"}
+    for slot in slots[:2]:
+        trial = TrialSpec.model_validate(trial_body(doc, spec, slot)["spec"])
+        plan = build_plan(hello_world(), trial, {},
+                          bundle_repository="us-docker.pkg.dev/p/r/shipyard")
+        assert plan.environment.agent_bundles[0][0] == spec.agents[slot.agent].name
+        assert trial.environment.image == "debian:bookworm-slim"
+
+
 def test_the_trajectory_is_kept_with_the_logs() -> None:
     import json
 
