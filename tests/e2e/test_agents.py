@@ -380,6 +380,8 @@ def test_a_sweep_of_two_agents_by_three_attempts_sums_tokens_and_cost_per_eval_k
         return (f"tokens in {stats['nInputTokens']} cache {stats['nCacheTokens']} out "
                 f"{stats['nOutputTokens']}, cost {cost}")
 
+    wide = cluster.kubectl_run("-n", ns, "get", "sweep", "agents", "-o", "wide").stdout
+    assert "COST" in wide and str(status["costUsd"]) in wide, wide
     cc_cost = f"${cc['costUsd']:.4g}"
     watched = ok(shipyard_cli(cluster, "sweep", "watch", "agents", "--timeout", "30", "-n", ns))
     assert f"{keys['claude-code']} 3/3 mean 1" in watched and spent(cc, cc_cost) in watched

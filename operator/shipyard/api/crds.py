@@ -209,6 +209,7 @@ def sweep_crd() -> dict[str, Any]:
             {"name": "Mean", "type": "number", "jsonPath": ".status.mean"},
             {"name": "Complete", "type": "string",
              "jsonPath": ".status.conditions[?(@.type=='Complete')].status"},
+            {"name": "Cost", "type": "number", "priority": 1, "jsonPath": ".status.costUsd"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
         [],
