@@ -4,6 +4,9 @@
     localcluster.py up       build what is missing, start (or reuse) the cluster, print timings
     localcluster.py down     stop exactly the processes `up` started and clean the host
     localcluster.py status   what runs, and whether the node is Ready
+    localcluster.py restart COMPONENT [--kill]
+                             stop one component (SIGTERM, or SIGKILL as a crash) and start it
+                             again as configured; waits until it serves (chaos tests)
     localcluster.py env      `export KUBECONFIG=...` for a shell
 
 Components are built from the Go module proxy (hack/localcluster/k8s) and Debian packages;
@@ -24,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 
 from components import APISERVER_URL, components, log_path, write_configs
@@ -584,6 +588,62 @@ def status() -> int:
     return 0 if ready else 1
 
 
+RESTARTABLE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
+               "kube-proxy", "kube-router", "registry", "buildkitd")
+"""containerd is not: pods' containers would go with it, which is a node reboot, not a restart."""
+
+
+def restart(name: str, kill: bool = False) -> int:
+    """One component of the running cluster stopped and started again with its configured
+    command line, its state kept (etcd's data, kubelet's pods, containers go on running); back
+    when it serves again: etcd healthy, apiserver ready, node Ready, ... Prints the seconds it was
+    down. The chaos bench (bench/chaos.py) restarts the apiserver, etcd and kubelet this way."""
+    layout = Layout.default()
+    pids = read_pids(layout)
+    if not (name in pids and alive(pids[name])):
+        raise ClusterError(f"{name} is not running (localcluster.py status); nothing to restart")
+    component = next(c for c in components(layout) if c.name == name)
+    began, since = time.monotonic(), time.time()
+    pid = pids.pop(name)
+    if kill:
+        with suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        while alive(pid):
+            time.sleep(0.05)
+    else:
+        stop_pid(pid, 3 if name == "kube-apiserver" else 5)
+    start(layout, name, component.argv, pids)
+    checks = {
+        "etcd": _etcd_healthy,
+        "kube-apiserver": lambda: apiserver_ready(layout),
+        "kubelet": lambda: _kubelet_serving(layout, since),
+        "kube-router": kube_router_healthy,
+    }
+    if name in ("registry", "buildkitd"):
+        wait_build_component(layout, name, pids)
+    else:
+        wait_until(layout, name, pids, checks.get(name, lambda: True), 90)
+    print(f"{name} restarted ({'SIGKILL' if kill else 'SIGTERM'}): serving again after "
+          f"{time.monotonic() - began:.1f}s")
+    return 0
+
+
+def _kubelet_serving(layout: Layout, since: float) -> bool:
+    """The node's Ready condition may still be the old kubelet's: its heartbeat must come after
+    `since`, and the kubelet's own port must answer (execs and logs go through it)."""
+    status, body = api_get(layout, f"/api/v1/nodes/{NODE_NAME}")
+    if status != 200:
+        return False
+    conditions = json.loads(body).get("status", {}).get("conditions", [])
+    ready = next((c for c in conditions if c["type"] == "Ready"), {})
+    beat = ready.get("lastHeartbeatTime")
+    if ready.get("status") != "True" or not beat:
+        return False
+    heartbeat = datetime.strptime(beat, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    return (heartbeat >= since - 1  # the heartbeat has whole seconds
+            and api_get(layout, f"/api/v1/nodes/{NODE_NAME}/proxy/healthz")[0] == 200)
+
+
 def env() -> int:
     layout = Layout.default()
     print(f"export KUBECONFIG={layout.kubeconfig}")
@@ -593,8 +653,14 @@ def env() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "restart"])
+    parser.add_argument("component", nargs="?", choices=RESTARTABLE,
+                        help="for restart: the component")
+    parser.add_argument("--kill", action="store_true",
+                        help="for restart: SIGKILL (a crash) rather than SIGTERM")
     args = parser.parse_args(argv)
+    if (args.command == "restart") != (args.component is not None):
+        parser.error("restart takes one COMPONENT; the other commands none")
     if os.geteuid() != 0:
         print(
             "the local cluster needs root (containerd, kubelet, network namespaces)",
@@ -602,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
+        if args.command == "restart":
+            return restart(args.component, args.kill)
         return {"up": up, "down": down, "status": status, "env": env}[args.command]()
     except (ClusterError, BuildError) as e:
         print(f"localcluster: {e}", file=sys.stderr)
