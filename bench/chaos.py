@@ -227,8 +227,10 @@ class Chaos:
             return
         pod = self.rng.choice(sorted(candidates))
         fill = f"head -c {2 * STORAGE_MB}M /dev/zero > /var/tmp/chaos-fill; echo filled"
+        # A client of its own: `stream` swaps its client's request function while it runs.
+        core = client.CoreV1Api(client.ApiClient())
         try:
-            out = stream(self.core.connect_get_namespaced_pod_exec, pod, self.namespace,
+            out = stream(core.connect_get_namespaced_pod_exec, pod, self.namespace,
                          container="main", command=["/bin/sh", "-c", fill], stderr=True,
                          stdin=False, stdout=True, tty=False, _request_timeout=60)
         except (ApiException, OSError) as e:
