@@ -118,6 +118,17 @@ def dns_name(name: str, suffix: str = "") -> str:
     return f"{base[:keep].rstrip('-')}-{digest}" + (f"-{suffix}" if suffix else "")
 
 
+EVENT_COMPONENT = "shipyard-operator"
+"""Who speaks in `kubectl describe` ("From shipyard-operator")."""
+
+
+def event_name(object_name: str, uid: str, key: str) -> str:
+    """The name of an Event the operator posts about an object, fixed by what it records
+    (`key`): posted again by an operator restarted before its status write, it is found there
+    (409) rather than added twice."""
+    return f"{dns_name(object_name)}.{_digest(f'{uid}/{key}', 16)}"
+
+
 def label_value(value: str) -> str:
     """A valid label value (at most 63 characters; `/` and other characters a label value
     may not hold become `_`), shortened with a hash when needed."""

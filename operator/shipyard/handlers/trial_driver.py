@@ -28,6 +28,7 @@ from shipyard.api.conventions import (
     LABEL_NETWORK,
     Role,
     cancel_requested,
+    event_name,
     iso,
     parse_time,
 )
@@ -36,6 +37,7 @@ from shipyard.api.reasons import Reason
 from shipyard.handlers import image_builds
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
+from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
@@ -77,6 +79,7 @@ class TrialDriver:
         self.status = TrialStatus.model_validate(status)
         self.saved = self.status  # what the Trial's status says (self.status may be ahead)
         self.pending_logs: dict[str, str] = {}
+        self.pending_events: list[tuple[str, str, str, str]] = []  # name, type, reason, message
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -91,13 +94,16 @@ class TrialDriver:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def save(self, status: TrialStatus, outcome: machine.Outcome | None = None) -> None:
-        """Take the new status (and post its Events) now; write it with `flush`.
+        """Take the new status (and its Events) now; write them with `flush`.
 
         Writes are coalesced: the status and the logs ConfigMap are written before the driver
         waits and before anything that cannot be redone (deleting a pod, finishing), not after
         every transition. Whatever happens between two writes can be redone after a restart
         (pods are created by name, a launch never runs a phase twice and returns its result
         again), so a trial whose phases end within their launch costs a handful of writes.
+        Events are posted with the write, before the status, under names fixed by what they
+        record (`api.conventions.event_name`): an operator killed in between takes the
+        transition again and finds its Events there, so each is posted once.
         """
         if outcome is not None:
             if outcome.logs:
@@ -105,7 +111,7 @@ class TrialDriver:
                 status = status.model_copy(
                     update={"logs_config_map": logs_configmap_name(self.body)})
             for type_, reason, message in outcome.events:
-                kopf.event(self.body, type=type_, reason=reason, message=message)
+                self.event(type_, reason, message)
                 if type_ != "Normal":  # the operator's log tells what went wrong, too
                     self.logger.warning(f"trial {self.namespace}/{self.name}: {reason}: "
                                         f"{message}")
@@ -120,13 +126,24 @@ class TrialDriver:
                     await self.set_network(pod, key, "baseline")
         self.status = machine.with_current_phase(status)
 
+    def event(self, type_: str, reason: str, message: str) -> None:
+        """An Event of the transition being taken, posted with the next `flush`."""
+        rec = machine.current_record(self.status)
+        key = f"{self.status.attempt}/{rec and (rec.id or rec.name)}/{type_}/{reason}/{message}"
+        name = event_name(self.name, self.body["metadata"].get("uid") or "", key)
+        self.pending_events.append((name, type_, reason, message))
+
     async def flush(self) -> None:
-        """Write the logs ConfigMap (when new logs came) and the status (when it changed)."""
+        """Write the logs ConfigMap (when new logs came), the Events taken since the last
+        write, and the status (when it changed)."""
         if self.pending_logs:
             cm = build_logs_configmap(self.body, self.pending_logs)
             await self.call(objects.merge_configmap_data, cm,
                             self.saved.logs_config_map == cm["metadata"]["name"])
             self.pending_logs = {}
+        if self.pending_events:
+            await self.call(kube_events.post_events, dict(self.body), self.pending_events)
+            self.pending_events = []
         if self.status != self.saved:
             patch = self.status.model_dump(by_alias=True, mode="json")
             await self.call(objects.patch_status, "trials", self.namespace, self.name, patch)
@@ -355,11 +372,10 @@ class TrialDriver:
                    f"{manifest['spec']['containers'][0]['image']}")
         if role == Role.ENV and self.status.attempt == 1:  # the story's first line: one Event
             spec = self.body.get("spec") or {}
-            kopf.event(self.body, type="Normal", reason=Reason.STARTED,
-                       message=f"trial of task {spec['taskRef']['name']} with agent "
-                       f"{spec['agent']['name']}: {message}")
+            self.event("Normal", Reason.STARTED, f"trial of task {spec['taskRef']['name']} "
+                       f"with agent {spec['agent']['name']}: {message}")
         else:
-            kopf.event(self.body, type="Normal", reason=Reason.POD_CREATED, message=message)
+            self.event("Normal", Reason.POD_CREATED, message)
 
     # ------------------------------------------------------------ network policies
 

@@ -69,6 +69,20 @@ def test_derived_names() -> None:
     assert RFC1123_LABEL.match(c.bundle_configmap_name("y" * 44 + "-.z", b"one").split(".")[0])
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_event_names_are_fixed_by_what_they_record(name: str) -> None:
+    """An operator restarted before its status write posts a transition's Events again under
+    the same names (the apiserver answers 409): each Event once."""
+    first = c.event_name(name, "uid-1", "1/agent/Normal/AgentStarted/agent started")
+    assert first == c.event_name(name, "uid-1", "1/agent/Normal/AgentStarted/agent started")
+    others = {c.event_name(name, "uid-1", "2/agent/Normal/AgentStarted/agent started"),
+              c.event_name(name, "uid-2", "1/agent/Normal/AgentStarted/agent started"),
+              c.event_name(name, "uid-1", "1/verifier/Normal/VerifierStarted/verifier started")}
+    assert first not in others and len(others) == 3
+    assert len(first) <= 253
+    assert all(RFC1123_LABEL.match(part) for part in first.split("."))
+
+
 def test_roles_and_components() -> None:
     assert c.Role("env").component == "environment"
     assert c.Role.VERIFIER.component == "verifier"
