@@ -628,9 +628,12 @@ def restart(name: str, kill: bool = False) -> int:
     return 0
 
 
+KUBELET_HEALTHZ = "http://127.0.0.1:10248/healthz"  # the kubelet's default healthz port
+
+
 def _kubelet_serving(layout: Layout, since: float) -> bool:
     """The node's Ready condition may still be the old kubelet's: its heartbeat must come after
-    `since`, and the kubelet's own port must answer (execs and logs go through it)."""
+    `since`, and the kubelet's health endpoint must answer."""
     status, body = api_get(layout, f"/api/v1/nodes/{NODE_NAME}")
     if status != 200:
         return False
@@ -640,8 +643,10 @@ def _kubelet_serving(layout: Layout, since: float) -> bool:
     if ready.get("status") != "True" or not beat:
         return False
     heartbeat = datetime.strptime(beat, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    return (heartbeat >= since - 1  # the heartbeat has whole seconds
-            and api_get(layout, f"/api/v1/nodes/{NODE_NAME}/proxy/healthz")[0] == 200)
+    if heartbeat < since - 1:  # the heartbeat has whole seconds
+        return False
+    with urllib.request.urlopen(KUBELET_HEALTHZ, timeout=2) as resp:
+        return resp.status == 200
 
 
 def env() -> int:
@@ -659,8 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill", action="store_true",
                         help="for restart: SIGKILL (a crash) rather than SIGTERM")
     args = parser.parse_args(argv)
-    if (args.command == "restart") != (args.component is not None):
-        parser.error("restart takes one COMPONENT; the other commands none")
+    if (args.command == "restart") != (args.component is not None) or (
+            args.kill and args.command != "restart"):
+        parser.error("restart takes one COMPONENT (and --kill); the other commands neither")
     if os.geteuid() != 0:
         print(
             "the local cluster needs root (containerd, kubelet, network namespaces)",
