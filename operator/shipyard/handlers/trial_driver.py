@@ -141,13 +141,18 @@ class TrialDriver:
             await self.call(objects.merge_configmap_data, cm,
                             self.saved.logs_config_map == cm["metadata"]["name"])
             self.pending_logs = {}
-        if self.pending_events:
-            await self.call(kube_events.post_events, dict(self.body), self.pending_events)
-            self.pending_events = []
-        if self.status != self.saved:
-            patch = self.status.model_dump(by_alias=True, mode="json")
-            await self.call(objects.patch_status, "trials", self.namespace, self.name, patch)
-            self.saved = self.status
+        events, status = self.pending_events, self.status
+        if events or status != self.saved:
+            patch = status.model_dump(by_alias=True, mode="json") if status != self.saved else None
+            await self.call(self.write, events, patch)  # one thread for both
+            self.pending_events, self.saved = [], status
+
+    def write(self, events: list[tuple[str, str, str, str]], patch: dict | None) -> None:
+        """(In a thread) the Events, then the status patch."""
+        if events:
+            kube_events.post_events(dict(self.body), events)
+        if patch is not None:
+            objects.patch_status("trials", self.namespace, self.name, patch)
 
     # ------------------------------------------------------------ the loop
 
