@@ -60,6 +60,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
+from urllib3.exceptions import HTTPError
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -213,7 +214,7 @@ class Chaos:
         trial's first attempt only, so that its retry can succeed)."""
         try:
             pods = self.core.list_namespaced_pod(self.namespace).items
-        except (ApiException, OSError) as e:
+        except (ApiException, HTTPError, OSError) as e:
             self.evictions.append({"error": f"listing pods: {e}"})
             return
         done = {e.get("pod") for e in self.evictions}
@@ -233,7 +234,7 @@ class Chaos:
             out = stream(core.connect_get_namespaced_pod_exec, pod, self.namespace,
                          container="main", command=["/bin/sh", "-c", fill], stderr=True,
                          stdin=False, stdout=True, tty=False, _request_timeout=60)
-        except (ApiException, OSError) as e:
+        except (ApiException, HTTPError, OSError) as e:
             out = f"exec failed: {e}"
         print(f"chaos: filled {pod}: {out.strip()}", file=sys.stderr, flush=True)
         self.evictions.append({"pod": pod, "at": time.monotonic(), "exec": out.strip()[-200:]})
@@ -245,7 +246,7 @@ def examine(trial: dict[str, Any], events: Counter[tuple[str, str]]) -> dict[str
     rewards = status.get("rewards") or {}
     phases = Counter(p.get("name") for p in status.get("phases") or [])
     attempts = status.get("attempt") or 1
-    duplicated, repeated, missing = [], [], []
+    duplicated, repeated = [], []
     for key in ("agent_runs", "verifier_runs"):
         if (rewards.get(key) or 0) > 1:
             duplicated.append(f"{key}={rewards[key]}")
@@ -353,7 +354,7 @@ def main() -> int:
                         return
                     if attempt == 59 or e.status not in (0, 429, 500, 503, 504):
                         raise
-                except OSError:
+                except (HTTPError, OSError):
                     if attempt == 59:
                         raise
                 time.sleep(2)
