@@ -218,10 +218,11 @@ class Chaos:
             self.evictions.append({"error": f"listing pods: {e}"})
             return
         done = {e.get("pod") for e in self.evictions}
+        # Running, not ready: a trial pod is ready between its phases only (the runner's probe).
         candidates = [p.metadata.name for p in pods
                       if p.status.phase == "Running" and p.metadata.name not in done
                       and p.metadata.name.endswith("-env")
-                      and any(c.name == "main" and c.ready for c in
+                      and any(c.name == "main" and c.state.running for c in
                               p.status.container_statuses or [])]
         if not candidates:
             self.evictions.append({"error": "no running first-attempt pod to evict"})
