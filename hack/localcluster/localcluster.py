@@ -608,10 +608,12 @@ def restart(name: str, kill: bool = False) -> int:
     if kill:
         with suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        while alive(pid):
-            time.sleep(0.05)
     else:
         stop_pid(pid, 3 if name == "kube-apiserver" else 5)
+    # Its ports are free once every thread is gone, not when its main thread is a zombie.
+    deadline = time.monotonic() + 30
+    while not _all_threads_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     start(layout, name, component.argv, pids)
     checks = {
         "etcd": _etcd_healthy,
@@ -626,6 +628,14 @@ def restart(name: str, kill: bool = False) -> int:
     print(f"{name} restarted ({'SIGKILL' if kill else 'SIGTERM'}): serving again after "
           f"{time.monotonic() - began:.1f}s")
     return 0
+
+
+def _all_threads_gone(pid: int) -> bool:
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    return len(threads) <= 1 and not alive(pid)
 
 
 KUBELET_HEALTHZ = "http://127.0.0.1:10248/healthz"  # the kubelet's default healthz port
@@ -643,7 +653,7 @@ def _kubelet_serving(layout: Layout, since: float) -> bool:
     if ready.get("status") != "True" or not beat:
         return False
     heartbeat = datetime.strptime(beat, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    if heartbeat < since - 1:  # the heartbeat has whole seconds
+    if heartbeat <= since:  # whole seconds: one in the second of the restart may be the old one's
         return False
     with urllib.request.urlopen(KUBELET_HEALTHZ, timeout=2) as resp:
         return resp.status == 200
