@@ -59,7 +59,10 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         lost = "the environment pod is being deleted"
     elif phase in ("Failed", "Succeeded"):
         why = status.get("reason") or phase
-        lost = f"the environment pod stopped ({why}): {status.get('message') or 'no message'}"
+        # Without a pod message (e.g. a container the kubelet could not start while it
+        # restarted: StartError), the first terminated container says what happened.
+        detail = status.get("message") or _terminated(status) or "no message"
+        lost = f"the environment pod stopped ({why}): {detail}"
     image_pull_error = config_error = None
     image_pull_permanent = False
     for cs in status.get("containerStatuses") or []:
@@ -95,3 +98,13 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
     )
+
+
+def _terminated(status: dict[str, Any]) -> str | None:
+    for cs in status.get("containerStatuses") or []:
+        t = (cs.get("state") or {}).get("terminated")
+        if t:
+            message = (t.get("message") or "").strip()[:300]
+            return (f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, exit "
+                    f"code {t.get('exitCode')})" + (f": {message}" if message else ""))
+    return None

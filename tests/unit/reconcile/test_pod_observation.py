@@ -48,6 +48,17 @@ def test_evicted_pod_is_lost_with_the_reason() -> None:
     assert "ephemeral-storage" in seen.lost
 
 
+def test_a_failed_pod_without_a_message_says_what_its_container_did() -> None:
+    """A kubelet restarted while it started the container (chaos, issue 13): StartError."""
+    seen = observe_pod(pod(phase="Failed", status={
+        "phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+            "reason": "StartError", "exitCode": 128,
+            "message": "failed to start containerd task \"372e\": context canceled: unknown"}}}]}))
+    assert seen.lost == ("the environment pod stopped (Failed): container main terminated "
+                         "(StartError, exit code 128): failed to start containerd task \"372e\": "
+                         "context canceled: unknown")
+
+
 def test_succeeded_pod_is_lost() -> None:
     seen = observe_pod(pod(status={"phase": "Succeeded"}))
     assert seen.lost is not None and "Succeeded" in seen.lost
