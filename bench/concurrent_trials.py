@@ -16,13 +16,19 @@ Uses the cluster of KUBECONFIG when SHIPYARD_USE_EXISTING_CLUSTER=1, else the lo
 
 Requests are counted inside each client process (bench/apicount.py), by verb and resource, so
 they are exact on a busy shared cluster; the apiserver's `apiserver_request_total` delta (every
-client of the cluster) is printed beside them. Also: execs, Events written, Trial status
-writes, wall time (first create to last result), latency p50/p95 and peak RSS.
+client of the cluster) is printed beside them; leader election's Lease renewals are a cost per
+second, printed apart. Also: execs, Events written (and the kubelet's probe-failure Events about
+trial pods), Trial status writes, wall time (first create to last result), latency p50/p95,
+node CPU seconds (the local cluster's machine: all of it, and the pods' cgroup), peak RSS, and
+where each trial that did not finish stood. `--arms shipyard-exec` runs the operator with exec
+readiness probes only (SHIPYARD_PROBE_IMAGE=none), to compare with the probe container, which
+`--agent-sleep` tasks get (their timeouts are long).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -72,6 +78,8 @@ class Arm:
     events: Counter[str] = field(default_factory=Counter)  # reason → count
     rss_mib: float | None = None
     apiserver: int | None = None  # apiserver_request_total delta, every client
+    cpu: dict[str, float] | None = None  # CPU seconds on the node while the arm ran (local)
+    unfinished: list[str] = field(default_factory=list)  # where each unfinished trial stood
     note: str = ""
     skipped: str = ""
 
@@ -80,7 +88,14 @@ class Arm:
 
     @property
     def non_watch(self) -> int:
-        return sum(v for k, v in self.requests.items() if not k.startswith("watch "))
+        """Requests for the trials: not watches, nor leader election's Lease renewals (a cost
+        per second, not per trial: `lease requests/s`)."""
+        return sum(v for k, v in self.requests.items()
+                   if not k.startswith("watch ") and not k.endswith(" leases"))
+
+    @property
+    def leases(self) -> int:
+        return sum(v for k, v in self.requests.items() if k.endswith(" leases"))
 
     def count(self, prefix: str) -> int:
         return sum(v for k, v in self.requests.items() if k == prefix)
@@ -111,7 +126,10 @@ def task_files(image: str, harbor: bool = False, agent_sleep: float = 0) -> dict
     its own start: the critical path from one phase's end to the next phase."""
     # Pods beyond what the node holds wait for the scheduler: a long start timeout (and the
     # operator's unschedulable grace, see QUEUE_ENV) lets them queue instead of failing.
-    toml = f'[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n' \
+    # A sleeping agent stands for a real one: its task's timeouts are long (its trial pods then
+    # get the probe container, `render.pod.probe_image_for`).
+    timeout = 600.0 if agent_sleep else 60.0
+    toml = f'[agent]\ntimeout_sec = {timeout}\n[verifier]\ntimeout_sec = {timeout}\n' \
            f'[environment]\ndocker_image = "{image}"\nbuild_timeout_sec = 3600\n'
     if harbor:  # Harbor's ack pods need whole cpus and sizes (the bench overrides the requests)
         toml += "cpus = 1\nmemory_mb = 64\nstorage_mb = 64\n"
@@ -160,6 +178,72 @@ def apiserver_requests(kubeconfig: str) -> int | None:
     return int(total)
 
 
+def node_cpu() -> dict[str, float] | None:
+    """CPU seconds used so far on this machine (the local cluster's node): all of it (/proc/stat,
+    every process: on a shared machine others' work too) and the pods' (the kubepods cgroup:
+    containers and what execs and exec probes run in them). None for another cluster."""
+    if os.environ.get("SHIPYARD_USE_EXISTING_CLUSTER") == "1":
+        return None
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        ticks = os.sysconf("SC_CLK_TCK")
+        busy = sum(int(v) for i, v in enumerate(fields) if i not in (3, 4)) / ticks
+    except (OSError, ValueError):
+        return None
+    out = {"node": busy}
+    with contextlib.suppress(OSError, ValueError):  # cgroup v1, else v2
+        v1 = Path("/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage")
+        if v1.exists():
+            out["pods"] = int(v1.read_text()) / 1e9
+        else:
+            for line in Path("/sys/fs/cgroup/kubepods.slice/cpu.stat").read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    out["pods"] = int(line.split()[1]) / 1e6
+    return out
+
+
+def cpu_delta(before: dict[str, float] | None, after: dict[str, float] | None
+              ) -> dict[str, float] | None:
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
+def where_unfinished(custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str,
+                     done: dict[str, Any], limit: int = 20) -> list[str]:
+    """For each trial that did not finish: its phase, running phase record, last condition and
+    its pods' phase and readiness (a lost trial is a bug: this says where it stood)."""
+    out: list[str] = []
+    try:
+        trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trials")["items"]
+        pods = {p.metadata.name: p for p in core.list_namespaced_pod(namespace).items}
+    except ApiException as e:
+        return [f"could not list: {e.status} {e.reason}"]
+    for t in trials:
+        name = t["metadata"]["name"]
+        if name in done:
+            continue
+        st = t.get("status") or {}
+        running = [f"{r.get('name')}:{r.get('state')}{'(launched)' if r.get('launched') else ''}"
+                   for r in st.get("phases") or [] if r.get("state") not in ("Succeeded",
+                                                                           "Skipped")]
+        cond = (st.get("conditions") or [{}])[-1]
+        pod_states = []
+        for pod_name in (st.get("podName"), st.get("verifierPodName")):
+            pod = pods.get(pod_name) if pod_name else None
+            if pod is not None:
+                ready = {c.name: c.ready for c in pod.status.container_statuses or []}
+                pod_states.append(f"{pod_name} {pod.status.phase} {ready}")
+            elif pod_name:
+                pod_states.append(f"{pod_name} absent")
+        out.append(f"{name}: {st.get('phase')} {' '.join(running[:2])} "
+                   f"[{cond.get('type')}={cond.get('status')} {cond.get('reason')}] "
+                   f"{'; '.join(pod_states)}")
+        if len(out) >= limit:
+            break
+    return out
+
+
 def wait_ready(custom: client.CustomObjectsApi, namespace: str, task: str) -> None:
     """Until the operator has validated the Task (it is up and its start-up requests are done)."""
     for _ in range(300):
@@ -193,11 +277,14 @@ def read_counts(path: Path) -> Counter[str]:
 
 
 def shipyard_events(core: client.CoreV1Api, namespace: str) -> Counter[str]:
-    """Events about Trials written by the operator (any reporter but the kubelet & co)."""
+    """Events about Trials written by the operator (any reporter but the kubelet & co), and the
+    kubelet's probe failures about trial pods (each one an Event write, or a count bump)."""
     found: Counter[str] = Counter()
     for ev in core.list_namespaced_event(namespace).items:
         if ev.involved_object.kind == "Trial":
             found[ev.reason] += ev.count or 1
+        elif ev.involved_object.kind == "Pod" and ev.reason == "Unhealthy":
+            found["(kubelet) probe failed"] += ev.count or 1
     return found
 
 
@@ -271,13 +358,20 @@ def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, P
 # ---------------------------------------------------------------- the arms
 
 
-def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
-    arm = Arm("shipyard", args.n)
+def run_shipyard(args, kubeconfig: str, core, custom, exec_probe: bool = False) -> Arm:
+    """The operator of this checkout; `exec_probe`: its trial pods with the exec readiness
+    probe (SHIPYARD_PROBE_IMAGE=none) instead of the probe container's HTTP probe."""
+    arm = Arm("shipyard-exec" if exec_probe else "shipyard", args.n)
     namespace = namespace_name("sy")
     make_namespace(core, namespace)
     work = Path(tempfile.mkdtemp(prefix="bench-shipyard-"))
     counts, log = work / "requests.json", work / "operator.log"
     env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1", **QUEUE_ENV)
+    # Leader election as deployed, with a Lease of its own: another operator on the cluster
+    # holding the default Lease would keep this one a standby.
+    env["SHIPYARD_LEADER_LEASE_NAME"] = f"shipyard-bench-{namespace}"
+    if exec_probe:
+        env["SHIPYARD_PROBE_IMAGE"] = "none"
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
            "operator", "--liveness", "", "-n", namespace, *(["-v"] if args.verbose else [])]
     if args.profile:
@@ -318,6 +412,7 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
         apply_crds(kubeconfig)
         time.sleep(0.5)
         before_api = apiserver_requests(kubeconfig)
+        before_cpu = node_cpu()
         began = time.monotonic()
 
         def create(i: int) -> None:
@@ -331,6 +426,8 @@ def run_shipyard(args, kubeconfig: str, core, custom) -> Arm:
             list(pool.map(create, range(args.n)))
         if not finished.wait(args.timeout):
             arm.note = f"only {len(done)} of {args.n} finished in {args.timeout:.0f}s"
+            arm.unfinished = where_unfinished(custom, core, namespace, done)
+        arm.cpu = cpu_delta(before_cpu, node_cpu())
         arm.wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
         time.sleep(1.5)  # the operator's last requests land in the counts file
         after_api = apiserver_requests(kubeconfig)
@@ -372,6 +469,7 @@ def run_floor(args, kubeconfig: str, core) -> Arm:
                                 done_of, done)
         time.sleep(0.5)
         before_api = apiserver_requests(kubeconfig)
+        before_cpu = node_cpu()
         began = time.monotonic()
 
         def create(i: int) -> None:
@@ -389,6 +487,7 @@ def run_floor(args, kubeconfig: str, core) -> Arm:
             list(pool.map(create, range(args.n)))
         if not finished.wait(args.timeout):
             arm.note = f"only {len(done)} of {args.n} finished in {args.timeout:.0f}s"
+        arm.cpu = cpu_delta(before_cpu, node_cpu())
         arm.wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
         after_api = apiserver_requests(kubeconfig)
         if before_api is not None and after_api is not None:
@@ -429,10 +528,12 @@ def run_harbor(args, kubeconfig: str, core) -> Arm:
     env = dict(os.environ, KUBECONFIG=kubeconfig, LITELLM_LOCAL_MODEL_COST_MAP="True",
                PYTHONUNBUFFERED="1")
     before_api = apiserver_requests(kubeconfig)
+    before_cpu = node_cpu()
     try:
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         arm.rss_mib = wait4(proc, args.timeout + 120)
+        arm.cpu = cpu_delta(before_cpu, node_cpu())  # includes Harbor's start-up
         after_api = apiserver_requests(kubeconfig)
         if before_api is not None and after_api is not None:
             arm.apiserver = after_api - before_api  # includes Harbor's start-up
@@ -483,7 +584,9 @@ def table(arms: list[Arm]) -> str:
         ("agent end -> verifier start p50/p95 (s)",
          [f"{fmt(statistics.median(a.delays), '.2f')}/{fmt(percentile(a.delays, 95), '.2f')}"
           if a.delays else "-" for a in ran]),
-        ("requests/trial (no watches)", [fmt(a.per_trial(a.non_watch)) for a in ran]),
+        ("requests/trial (no watches, no Leases)", [fmt(a.per_trial(a.non_watch)) for a in ran]),
+        ("lease requests/s (leader election)",
+         [fmt(a.leases / a.wall if a.wall else None, ".2f") for a in ran]),
         ("watch requests (all)", [str(sum(v for k, v in a.requests.items()
                                           if k.startswith("watch "))) for a in ran]),
         ("execs/trial", [fmt(a.per_trial(a.count("create pods/exec"))) for a in ran]),
@@ -491,6 +594,9 @@ def table(arms: list[Arm]) -> str:
                                                     + a.count("patch events"))) for a in ran]),
         ("Trial status writes/trial", [fmt(a.per_trial(a.count("patch trials/status")))
                                        for a in ran]),
+        ("node CPU s/trial (all / pods)",
+         [f"{a.per_trial(a.cpu['node']):.2f}/{a.per_trial(a.cpu.get('pods', 0)):.2f}"
+          if a.cpu else "-" for a in ran]),
         ("peak RSS of the client (MiB)", [fmt(a.rss_mib, ".0f") for a in ran]),
         ("apiserver requests/trial (all clients)",
          [fmt(a.per_trial(a.apiserver) if a.apiserver is not None else None) for a in ran]),
@@ -511,6 +617,8 @@ def table(arms: list[Arm]) -> str:
                 f"{r} {c / a.n:.2f}" for r, c in sorted(a.events.items(), key=lambda kv: -kv[1])))
         if a.note:
             lines.append(f"    ({a.note})")
+        for line in a.unfinished:
+            lines.append(f"    unfinished {line}")
     for a in arms:
         if a.skipped:
             lines.append(a.skipped)
@@ -539,7 +647,9 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=30, help="concurrent trials (default 30)")
     parser.add_argument("--image", default="localhost/shipyard/debian:bookworm",
                         help="the task's image (Harbor's exec needs bash: debian, not busybox)")
-    parser.add_argument("--arms", default="shipyard,floor,harbor")
+    parser.add_argument("--arms", default="shipyard,floor,harbor",
+                        help="any of shipyard, shipyard-exec (exec readiness probes), floor, "
+                        "harbor")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true",
                         help="run the operator under cProfile (operator.prof beside its log)")
@@ -559,6 +669,8 @@ def main() -> int:
         print(f"== {name}: {args.n} trials (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
         if name == "shipyard":
             arms.append(run_shipyard(args, kubeconfig, core, custom))
+        elif name == "shipyard-exec":
+            arms.append(run_shipyard(args, kubeconfig, core, custom, exec_probe=True))
         elif name == "floor":
             arms.append(run_floor(args, kubeconfig, core))
         elif name == "harbor":
@@ -574,7 +686,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps([{
             "name": a.name, "n": a.n, "ok": a.ok, "wall": a.wall, "latencies": a.latencies,
             "requests": dict(a.requests), "events": dict(a.events), "rss_mib": a.rss_mib,
-            "delays": a.delays,
+            "delays": a.delays, "cpu": a.cpu, "unfinished": a.unfinished,
             "apiserver": a.apiserver, "skipped": a.skipped} for a in arms], indent=1))
     shipyard = next((a for a in arms if a.name == "shipyard"), None)
     return 0 if shipyard is None or shipyard.ok == shipyard.n else 1

@@ -96,10 +96,18 @@ MAX_NAME = 63  # a pod name, a label value
 
 RUNNER_MOUNT = "/shipyard/bin"
 RUNNER_PATH = f"{RUNNER_MOUNT}/runner"
-SECRETS_CONTAINER = "secrets"
-"""The trial pod container that alone mounts the agent's Secrets (`render.pod`)."""
 """Where every trial pod has the in-pod runner (`shipyard/render/runner.sh`), which the
 operator's execs call."""
+SECRETS_CONTAINER = "secrets"
+"""The trial pod container that alone mounts the agent's Secrets (`render.pod`)."""
+PROBE_CONTAINER = "probe"
+"""The trial pod container that serves the runner's idle file to the kubelet's readiness probe
+(`render.pod.probe_container`)."""
+PROBE_SUBDIR = "probe"
+"""The folder of the pod's /shipyard scratch volume the runner keeps its `idle` file in."""
+PROBE_PORT = 18461
+"""Where the probe container listens (in the pod's network namespace, so a task cannot bind it:
+an unusual port, outside the ephemeral range)."""
 
 
 def _digest(text: str | bytes, length: int) -> str:

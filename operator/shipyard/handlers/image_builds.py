@@ -23,7 +23,7 @@ from shipyard.api.models import (
 )
 from shipyard.api.reasons import Reason
 from shipyard.handlers import config
-from shipyard.handlers.task_files import TaskUnavailable, load_task
+from shipyard.handlers.task_files import TaskUnavailable, load_task, task_body
 from shipyard.kube import image_builds as kube_builds
 from shipyard.kube import objects
 from shipyard.kube.errors import ApiException
@@ -150,8 +150,9 @@ def rebuild_for_task(namespace: str, name: str) -> None:
 
 def trial_decision(namespace: str, task_name: str, task: LoadedTask,
                    environment_override: bool) -> ImagesReady | ImagesWait | ImagesFailed:
-    """A trial's view of its Task's images, read from the ImageBuilds."""
-    body = objects.get_custom("tasks", namespace, task_name) or {}
+    """A trial's view of its Task's images, read from the ImageBuilds (the Task's body from the
+    watch: no GET per trial)."""
+    body = task_body(namespace, task_name) or {}
     force = bool((body.get("spec") or {}).get("forceBuild"))
     try:
         needs = image_needs(task, image_settings(), force)

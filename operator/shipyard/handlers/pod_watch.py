@@ -20,10 +20,14 @@ class TrialWaker:
     pods: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """The latest body of each trial pod a watch event told us about (None: deleted)."""
 
-    async def wait(self, timeout: float | None) -> None:
+    async def wait(self, timeout: float | None) -> bool:
+        """Until woken or `timeout` seconds passed; True when woken."""
+        woken = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), timeout)
+            woken = True
         self.event.clear()
+        return woken
 
 
 _wakers: dict[tuple[str, str], TrialWaker] = {}

@@ -98,14 +98,18 @@ def remember(task: dict[str, Any] | None, namespace: str, name: str) -> None:
             _bodies[(namespace, name)] = task
 
 
+def task_body(namespace: str, name: str) -> dict[str, Any] | None:
+    """The Task's latest body: the watch's, else one GET (None: it does not exist)."""
+    with _lock:
+        task = _bodies.get((namespace, name))
+    return task if task is not None else objects.get_custom("tasks", namespace, name)
+
+
 def load_task_by_name(namespace: str, name: str) -> LoadedTask:
     key = (namespace, name)
-    with _lock:
-        task = _bodies.get(key)
+    task = task_body(namespace, name)
     if task is None:
-        task = objects.get_custom("tasks", namespace, name)
-        if task is None:
-            raise TaskUnavailable(Reason.TASK_NOT_FOUND, f"Task {namespace}/{name} not found")
+        raise TaskUnavailable(Reason.TASK_NOT_FOUND, f"Task {namespace}/{name} not found")
     version = task["metadata"].get("resourceVersion") or ""
     with _lock:
         hit = _loaded.get(key)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -58,6 +59,7 @@ from shipyard.render.pod import (
     build_trial_pod,
     logs_configmap_name,
     pod_name_for,
+    probe_image_for,
 )
 from shipyard.taskformat import LoadedTask
 
@@ -80,6 +82,7 @@ class TrialDriver:
         self.saved = self.status  # what the Trial's status says (self.status may be ahead)
         self.pending_logs: dict[str, str] = {}
         self.pending_events: list[tuple[str, str, str, str]] = []  # name, type, reason, message
+        self.unsaved_since: float | None = None  # since when a pod start holds back a write
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -146,6 +149,7 @@ class TrialDriver:
             patch = status.model_dump(by_alias=True, mode="json") if status != self.saved else None
             await self.call(self.write, events, patch)  # one thread for both
             self.pending_events, self.saved = [], status
+        self.unsaved_since = None
 
     def write(self, events: list[tuple[str, str, str, str]], patch: dict | None) -> None:
         """(In a thread) the Events, then the status patch."""
@@ -340,6 +344,16 @@ class TrialDriver:
         if until is not None and (deadline is None or until < deadline):
             deadline = until  # e.g. a retry's backoff, which no pod event announces
         timeout = None if deadline is None else max(0.0, (deadline - now()).total_seconds())
+        if machine.starting_pod(self.status) and (self.status != self.saved or self.pending_logs
+                                                  or self.pending_events):
+            if self.unsaved_since is None:
+                self.unsaved_since = time.monotonic()
+            left = machine.START_WRITE_DELAY_SEC - (time.monotonic() - self.unsaved_since)
+            if left > 0:
+                short = left if timeout is None else min(timeout, left)
+                if await self.waker.wait(short):
+                    return  # woken (the pod changed): decide again, the write can wait
+                timeout = None if timeout is None else max(0.0, timeout - short)
         await self.flush()
         await self.waker.wait(timeout)
 
@@ -367,7 +381,8 @@ class TrialDriver:
         name = pod_name_for(self.body, role, index, self.status.attempt)
         if not await self.ensure_network(plan):
             return
-        manifest = build_trial_pod(self.body, plan, role, step, name)
+        manifest = build_trial_pod(self.body, plan, role, step, name,
+                                   probe_image_for(plan, self.settings.probe_image))
         created = await self.call(objects.create_pod, manifest)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),

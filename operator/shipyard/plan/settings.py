@@ -13,6 +13,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED | `trial_ttl_seconds` |
 | SHIPYARD_AGENT_BUNDLE_REPOSITORY | `agent_bundle_repository` |
 | SHIPYARD_THREADS | `threads` |
+| SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
@@ -38,6 +39,10 @@ NETWORK_SETTLE_ENV = "SHIPYARD_NETWORK_SETTLE_SEC"
 TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
+PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
+PROBE_IMAGE = "localhost/shipyard/busybox:latest"
+"""The trial pods' `probe` container image (any busybox with httpd): the local cluster's own by
+default, as agent bundles are; `none` goes back to an exec readiness probe."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
 
 TASK_WAIT_SEC = 60.0
@@ -74,6 +79,13 @@ THREADS = 64
 def _positive_int(environ: Mapping[str, str], name: str) -> int | None:
     raw = environ.get(name, "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def _probe_image(environ: Mapping[str, str]) -> str | None:
+    raw = environ.get(PROBE_IMAGE_ENV, "").strip()
+    if raw.lower() == "none":
+        return None
+    return raw or PROBE_IMAGE
 
 
 def _ttl(environ: Mapping[str, str]) -> int | None:
@@ -146,6 +158,10 @@ class OperatorSettings:
     agent_bundle_repository: str | None = None
     """Where installed agents' bundle images are (None: the local cluster's own)."""
     threads: int = THREADS
+    probe_image: str | None = PROBE_IMAGE
+    """The image of the trial pods' `probe` container (`render.pod.probe_container`), which
+    answers their readiness probe over HTTP; None: an exec probe (a runtime exec per pod every
+    2 s, which loads the node)."""
     images: ImageSettings = field(default_factory=ImageSettings)
     images_error: str | None = None
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
@@ -186,6 +202,7 @@ class OperatorSettings:
             trial_ttl_seconds=_ttl(environ),
             agent_bundle_repository=environ.get(BUNDLE_REPOSITORY_ENV) or None,
             threads=_positive_int(environ, THREADS_ENV) or THREADS,
+            probe_image=_probe_image(environ),
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
             error="; ".join(errors) or None,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import LABEL_NETWORK, parse_time
+from shipyard.api.conventions import LABEL_NETWORK, PROBE_CONTAINER, parse_time
 
 IMAGE_PULL_REASONS = {
     "ErrImagePull",
@@ -30,6 +30,7 @@ CONTAINER_CONFIG_REASONS = {
 class PodObservation:
     exists: bool
     ready: bool = False
+    """Running with no phase running: a result may be read (not waited for to launch)."""
     running: bool = False
     deleting: bool = False
     created_at: datetime | None = None
@@ -52,8 +53,8 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         return PodObservation.absent()
     meta, status = pod.get("metadata", {}), pod.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    ready = conditions.get("Ready", {}).get("status") == "True"
     phase = status.get("phase")
+    ready = _idle(pod, conditions, phase)
     lost = None
     if meta.get("deletionTimestamp"):
         lost = "the environment pod is being deleted"
@@ -108,3 +109,17 @@ def _terminated(status: dict[str, Any]) -> str | None:
             return (f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, exit "
                     f"code {t.get('exitCode')})" + (f": {message}" if message else ""))
     return None
+
+
+def _idle(pod: dict[str, Any], conditions: dict[str, Any], phase: str | None) -> bool:
+    """No phase runs in a running pod. With a `probe` container (`render.pod.probe_container`)
+    that container is Ready while a phase runs; without (an exec probe), the pod is Ready while
+    none does."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not any(c.get("name") == PROBE_CONTAINER for c in containers):
+        return conditions.get("Ready", {}).get("status") == "True"
+    statuses = {cs.get("name"): cs for cs in (pod.get("status") or {}).get("containerStatuses")
+                or []}
+    probe = statuses.get(PROBE_CONTAINER)
+    return (phase == "Running" and probe is not None and "running" in (probe.get("state") or {})
+            and not probe.get("ready"))

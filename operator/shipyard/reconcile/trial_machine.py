@@ -742,6 +742,19 @@ def task_missing(status: TrialStatus, message: str, created_at: datetime | None,
     return WaitForTask(new, outcome, min(TASK_POLL_SEC, (deadline - now).total_seconds()))
 
 
+START_WRITE_DELAY_SEC = 10.0
+"""While a trial's environment pod starts, the status (Running, the pod's name) is written only
+once the start has taken this long: a pod that starts sooner costs no write of its own (what
+changed goes with the next one; all of it is redone the same way after a restart)."""
+
+
+def starting_pod(status: TrialStatus) -> bool:
+    """The current phase is the environment pod's first (`environment`), not launched: the
+    trial waits for its environment pod to start."""
+    rec = current_record(status)
+    return rec is not None and not rec.launched and rec.name == "environment"
+
+
 def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
     """The phases one exec launches: `phase_id`, and when it is the environment pod's own
     preparation (Shipyard's `environment` phase, no task code) the phase after it, started
@@ -783,7 +796,9 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
                     f"{pod.image_pull_error} (still failing after {grace.total_seconds():g} s)")
     if pod.config_error:
         return Reason.POD_LOST, pod.config_error
-    if first and not rec.launched and not pod.ready:
+    if first and not rec.launched and not (pod.ready or pod.running):
+        # A running pod is launched into at once (`next_action`): Ready is not waited for (a
+        # pod with a probe container is Ready only once a phase has ended).
         if pod.unschedulable and pod.created_at and now - pod.created_at >= _grace(plan):
             return Reason.UNSCHEDULABLE, pod.unschedulable
         started = pod.created_at or parse_time(rec.started_at)

@@ -13,6 +13,9 @@ from shipyard.api.conventions import (
     LABEL_NETWORK,
     LABEL_TASK,
     MANAGED_BY,
+    PROBE_CONTAINER,
+    PROBE_PORT,
+    PROBE_SUBDIR,
     RUNNER_MOUNT,
     RUNNER_PATH,
     SECRETS_CONTAINER,
@@ -40,6 +43,14 @@ SECRETS_CAPABILITIES = ("AUDIT_WRITE",)
 refuses main's processes /proc/PID/root, environ and ptrace access to it (a process may only
 inspect another whose permitted capabilities are a subset of its own, without SYS_PTRACE)."""
 READINESS_PERIOD_SEC = 2
+"""The exec probe's period (pods without a probe image): each probe is an exec in the container,
+which costs the node a runtime exec, so not too often."""
+PROBE_PERIOD_SEC = 1
+"""The HTTP probe's period: a GET the kubelet makes itself, cheap enough to make often (a
+phase's end is seen within this)."""
+PROBE_INITIAL_DELAY_SEC = 2
+"""Below the runner's launch grace (3 s) less a period: a phase not over within its launch has
+been seen busy, so its end is a readiness change."""
 
 
 def runner_script() -> str:
@@ -140,32 +151,89 @@ def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
     return container, volumes
 
 
+PROBE_CONTAINER_AFTER_SEC = 120.0
+"""A trial gets the probe container when one of its task phases (agent, verifier, setup…) may
+run longer than this; below, the exec probe costs less (bench/concurrent_trials.py, 10 trivial
+trials: 2.8 exec-probe failures and 2.7 node CPU s per trial, against 8.6 HTTP-probe failures
+and 3.4 s with the probe container: its start and stop outweigh a few execs, and a
+seconds-long trial spends much of its life between phases, when an HTTP probe fails)."""
+
+
+def probe_image_for(plan: TrialPlan, image: str | None) -> str | None:
+    """The probe container's image for this trial (the operator's `probe_image`), or None: an
+    exec probe, for trials whose every task phase ends within PROBE_CONTAINER_AFTER_SEC (the
+    environment phase, Shipyard's own, is quick whatever it declares)."""
+    if image is None:
+        return None
+    task_phases = [p for p in plan.phases if p.name not in ("environment", "verifier-environment")]
+    if any(p.timeout_sec is None or p.timeout_sec > PROBE_CONTAINER_AFTER_SEC
+           for p in task_phases):
+        return image
+    return None
+
+
+def probe_container(image: str) -> dict[str, Any]:
+    """The container whose readiness tells a phase runs: busybox httpd serving the runner's
+    probe folder (read-only), so the probe is a plain HTTP GET of /busy (200 while a phase runs,
+    404 otherwise) and not an exec in the task's container every period. Ready while busy, so
+    the probe fails (a kubelet Event each time) only between phases, not for a whole phase; the
+    operator reads this container's readiness (`reconcile.pod_observation`). It runs as nobody
+    without capabilities; the task's own image needs no tool for it."""
+    return {
+        "name": PROBE_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["httpd", "-f", "-p", str(PROBE_PORT), "-h", "/probe"],
+        "securityContext": {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True,
+                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "resources": {"requests": {"cpu": "1m", "memory": "4Mi"},
+                      "limits": {"cpu": "50m", "memory": "16Mi"}},
+        "volumeMounts": [{"name": "shipyard", "mountPath": "/probe", "subPath": PROBE_SUBDIR,
+                          "readOnly": True}],
+        "readinessProbe": {
+            "httpGet": {"path": "/busy", "port": PROBE_PORT},
+            # Not probed (so not failing, each failure an Event) before a phase can have run
+            # long: a phase still running at the end of its launch (3 s) has been probed busy.
+            "initialDelaySeconds": PROBE_INITIAL_DELAY_SEC,
+            "periodSeconds": PROBE_PERIOD_SEC,
+            "timeoutSeconds": 1,
+            "successThreshold": 1,
+            "failureThreshold": 1,
+        },
+    }
+
+
 def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: str | None,
-                    name: str) -> dict[str, Any]:
+                    name: str, probe_image: str | None = None) -> dict[str, Any]:
     """The pod as the operator creates it: the environment pod (`role` ``env``) or a step's
     separate verifier pod, under its network policy baseline, with its scheduling
-    (accelerators and the Trial's and operator's pod settings)."""
+    (accelerators and the Trial's and operator's pod settings). With `probe_image` (the
+    operator's `probe_image`) the `probe` container's readiness (an HTTP probe) says a phase
+    runs; without, the pod is Ready while none runs (an exec of `runner ready`)."""
     if role == Role.ENV:
         pod_plan = plan.environment
-        pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names)
+        pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image)
     else:
         verifier = plan.step(step).verifier_pod
         assert verifier is not None
         pod_plan = verifier
-        pod = _base_pod(trial, pod_plan, Role.VERIFIER, name)
+        pod = _base_pod(trial, pod_plan, Role.VERIFIER, name, probe_image=probe_image)
     if plan.network is not None:
         pod["metadata"]["labels"][LABEL_NETWORK] = plan.network.baseline(role, step)
     return apply_scheduling(pod, pod_plan.accelerators, plan.pod_overrides)
 
 
 def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
-              secret_names: tuple[str, ...] = ()) -> dict[str, Any]:
+              secret_names: tuple[str, ...] = (), probe_image: str | None = None
+              ) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
-    a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted, readiness = "no phase is
-    running". Secrets are mounted only into the environment pod's `secrets` container (see
-    `secrets_container`), never into the main container. The pod
-    shares one PID namespace so that the pause container, as PID 1, reaps the processes the
-    phases leave behind and `sleep` gets SIGTERM's default action on deletion."""
+    a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted, a readiness probe that tells
+    whether a phase runs (`build_trial_pod`). Secrets are mounted only into the
+    environment pod's `secrets` container (see `secrets_container`), never into the main
+    container. The pod shares one PID namespace so that the pause container, as PID 1, reaps
+    the processes the phases leave behind and `sleep` gets SIGTERM's default action on
+    deletion."""
     meta = trial["metadata"]
     volumes: list[dict[str, Any]] = [
         {"name": "shipyard", "emptyDir": {}},
@@ -187,14 +255,15 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         "securityContext": container_security(MAIN_CAPABILITIES),
         "resources": resources_for(plan),
         "volumeMounts": mounts,
-        "readinessProbe": {
+    }
+    if probe_image is None:
+        container["readinessProbe"] = {
             "exec": {"command": ["/bin/sh", RUNNER_PATH, "ready"]},
             "periodSeconds": READINESS_PERIOD_SEC,
             "timeoutSeconds": 5,
             "successThreshold": 1,
             "failureThreshold": 1,
-        },
-    }
+        }
     if plan.workdir:
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}
@@ -206,6 +275,8 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         sidecar, secret_volumes = secrets_container(plan, secret_names)
         containers.append(sidecar)
         volumes += secret_volumes
+    if probe_image is not None:
+        containers.append(probe_container(probe_image))
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -3,9 +3,14 @@
 #
 # The operator never holds a connection for the length of a phase. It uploads a phase and starts
 # it with one short exec (`launch`); this runner supervises it detached, enforces its timeout by
-# killing the whole process group, and records the exit code and times in files. The pod's
-# readiness probe (`ready`) is false while a phase runs, so the kubelet does the polling and the
-# operator's pod watch wakes it when the phase ends; it then reads the result (`result`).
+# killing the whole process group, and records the exit code and times in files. The pod is not
+# Ready while a phase runs, so the kubelet does the polling and the operator's pod watch wakes it
+# when the phase ends; it then reads the result (`result`). In a pod with a `probe` container
+# (busybox httpd serving /shipyard/probe) the kubelet's probe is an HTTP GET of /busy, which the
+# runner writes when it launches a phase and removes when the phase is done: that container is
+# Ready while a phase runs, no probe costs an exec, and probes fail (each failure is a kubelet
+# Event) only in the short gaps between phases. Pods with an exec probe run `ready` (the main
+# container Ready while no phase runs).
 #
 # Phase directory /shipyard/phases/ID (uploaded as a tar by `launch`):
 #   spec      shell assignments: USER_NAME, TIMEOUT (seconds, empty = none), CWD, SECRETS (0|1)
@@ -36,6 +41,7 @@ STATE=$ROOT/state
 SECRETS_SRC=${SHIPYARD_SECRETS_SRC:-$ROOT/secrets}
 DROPS=$ROOT/secret-drops
 BASELINE=$STATE/baseline
+PROBE=$ROOT/probe
 GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
@@ -105,6 +111,7 @@ launch() {
   fi
   rm -f "$bundle"
   echo "$id" >"$STATE/running"
+  busy
   setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
   echo $! >"$STATE/$id/supervisor"
   wait_done "$STATE/$id" "$GRACE"
@@ -147,10 +154,15 @@ finish() {
   echo "$timed_out" >"$s/timed_out"
   now >"$s/finished"
   : >"$s/done"
-  # Only then ready: the readiness flip wakes the operator, whose `result` must find it done
-  # (else it would wait, with no further pod event, until the phase's deadline).
-  if [ "$(cat "$STATE/running" 2>/dev/null)" = "$id" ]; then rm -f "$STATE/running"; fi
+  # Only then ready (the exec probe) or not busy (the probe container): the readiness flip wakes
+  # the operator, whose `result` must find it done (else it would wait, with no further pod
+  # event, until the phase's deadline).
+  if [ "$(cat "$STATE/running" 2>/dev/null)" = "$id" ]; then rm -f "$STATE/running"; idle; fi
 }
+
+# What the probe container serves (world-readable: it runs as nobody): /busy while a phase runs.
+busy() { (umask 022 && mkdir -p "$PROBE" && : >"$PROBE/busy") 2>/dev/null || true; }
+idle() { rm -f "$PROBE/busy"; }
 
 # The environment of the phase command: the phase env, then mounted secrets when asked for.
 write_env() {

@@ -11,7 +11,13 @@ from shipyard.plan.accelerators import (
     PodOverrides,
     SchedulingSettings,
 )
-from shipyard.plan.settings import DEFAULT_TTL_ENV, LeaderSettings, OperatorSettings
+from shipyard.plan.settings import (
+    DEFAULT_TTL_ENV,
+    PROBE_IMAGE,
+    PROBE_IMAGE_ENV,
+    LeaderSettings,
+    OperatorSettings,
+)
 from shipyard.render.accelerators import apply_scheduling
 
 
@@ -103,3 +109,10 @@ def test_leader_timings_must_leave_the_holder_time_to_stop_first():
     settings = OperatorSettings.from_env({"SHIPYARD_LEADER_ELECTION": "maybe"})
     assert settings.leader == LeaderSettings()  # the safe defaults: elected
     assert "SHIPYARD_LEADER_ELECTION='maybe': not a boolean" in (settings.error or "")
+
+
+def test_probe_image_defaults_to_the_local_cluster_s_busybox_and_none_means_an_exec_probe():
+    assert OperatorSettings.from_env({}).probe_image == PROBE_IMAGE
+    assert OperatorSettings.from_env({PROBE_IMAGE_ENV: " mirror/busybox:1.37 "}).probe_image \
+        == "mirror/busybox:1.37"
+    assert OperatorSettings.from_env({PROBE_IMAGE_ENV: "None"}).probe_image is None

@@ -140,3 +140,37 @@ def test_creation_time_with_fractional_seconds() -> None:
     body = pod()
     body["metadata"]["creationTimestamp"] = "2026-01-01T12:00:00.250000Z"
     assert observe_pod(body).created_at == T0.replace(microsecond=250000)
+
+
+def probe_pod(phase: str = "Running", probe: dict | None = None) -> dict:
+    """A pod with a `probe` container (render.pod.probe_container), whose readiness says that a
+    phase runs; the pod's own Ready condition is then not what the operator reads."""
+    body = pod(phase=phase, ready=True)
+    body["spec"] = {"containers": [{"name": "main"}, {"name": "probe"}]}
+    statuses = [{"name": "main", "state": {"running": {}}, "ready": True}]
+    if probe is not None:
+        statuses.append({"name": "probe", **probe})
+    body["status"]["containerStatuses"] = statuses
+    return body
+
+
+def test_with_a_probe_container_a_phase_runs_while_that_container_is_ready() -> None:
+    busy = observe_pod(probe_pod(probe={"state": {"running": {}}, "ready": True}))
+    assert (busy.running, busy.ready) == (True, False)
+    idle = observe_pod(probe_pod(probe={"state": {"running": {}}, "ready": False}))
+    assert (idle.running, idle.ready) == (True, True)
+
+
+def test_with_a_probe_container_nothing_is_read_before_it_runs_nor_from_a_pending_pod() -> None:
+    assert not observe_pod(probe_pod()).ready
+    assert not observe_pod(probe_pod(probe={"state": {"waiting": {"reason": "ContainerCreating"}},
+                                            "ready": False})).ready
+    assert not observe_pod(probe_pod(phase="Pending",
+                                     probe={"state": {"running": {}}, "ready": False})).ready
+
+
+def test_a_probe_container_that_ended_loses_the_pod() -> None:
+    seen = observe_pod(probe_pod(probe={"state": {"terminated": {"exitCode": 127}},
+                                        "ready": False}))
+    assert seen.lost == "container probe terminated (Error, exit code 127)"
+    assert not seen.ready

@@ -211,6 +211,15 @@ def test_environment_start_timeout() -> None:
     assert outcome.events[0][:2] == ("Warning", "EnvironmentStartTimeout")
 
 
+def test_a_running_pod_not_yet_ready_is_launched_into_even_past_the_start_timeout() -> None:
+    """A pod with a probe container is Ready only once a phase has ended: a running one is
+    started, never failed as not started (e.g. an operator that comes back late)."""
+    plan = plan_for(task(HELLO_TOML.replace("[environment]\n",
+                                            "[environment]\nbuild_timeout_sec = 60\n")))
+    action, decided, _ = m.next_action(with_pod(plan), plan, pods(BUSY), at(61))
+    assert (action, decided) == (m.Launch("environment"), None)
+
+
 def test_unschedulable_fails_only_after_the_grace_period() -> None:
     plan = plan_for()
     status = with_pod(plan)
@@ -593,3 +602,11 @@ def test_cancel_keeps_the_log_of_the_phase_it_stopped() -> None:
     assert outcome.logs == {"agent.log": "so far\n"}
     assert m.record(cancelled, "agent").exit_code == 143
     assert cond(cancelled, "Failed").reason == "Cancelled"
+
+
+def test_a_trial_waits_for_its_pod_to_start_until_its_first_phase_is_launched() -> None:
+    plan = plan_for()
+    status = with_pod(plan)
+    assert m.starting_pod(status)
+    launched, _ = m.on_launch(status, "environment", running(), at(1))
+    assert not m.starting_pod(launched)

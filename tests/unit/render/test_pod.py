@@ -22,14 +22,24 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shipyard.api.conventions import RUNNER_PATH, Role, dns_name, pod_name
+from shipyard.api.conventions import (
+    PROBE_CONTAINER,
+    PROBE_PORT,
+    RUNNER_PATH,
+    Role,
+    dns_name,
+    pod_name,
+)
 from shipyard.plan.phases import PhaseSpec, TrialPlan
+from shipyard.plan.settings import PROBE_IMAGE
 from shipyard.render.phase_bundle import build_phase_bundle
 from shipyard.render.pod import (
     LOG_LIMIT_BYTES,
+    PROBE_CONTAINER_AFTER_SEC,
     build_logs_configmap,
     build_runner_configmap,
     build_trial_pod,
+    probe_image_for,
     runner_configmap_name,
     runner_script,
     truncate_log,
@@ -49,10 +59,12 @@ RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-def build_environment_pod(body: dict[str, Any], plan: TrialPlan) -> dict[str, Any]:
-    """The environment pod of a trial's first attempt, as the operator creates it."""
+def build_environment_pod(body: dict[str, Any], plan: TrialPlan,
+                          probe_image: str | None = PROBE_IMAGE) -> dict[str, Any]:
+    """The environment pod of a trial's first attempt, as the operator creates it for a trial
+    that gets the probe container (`probe_image_for`; None: the exec probe)."""
     name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
-    return build_trial_pod(body, plan, Role.ENV, None, name)
+    return build_trial_pod(body, plan, Role.ENV, None, name, probe_image)
 
 
 def render(body: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +126,40 @@ def test_pod_runs_the_image_kept_alive_with_sleep_and_its_entrypoint_kept() -> N
     assert spec["enableServiceLinks"] is False
 
 
-def test_readiness_probe_asks_the_runner_whether_it_is_idle() -> None:
-    probe = container(render(trial_body()))["readinessProbe"]
+def test_readiness_is_an_http_get_of_the_runner_s_busy_file_served_by_the_probe_container(
+        ) -> None:
+    """No exec per probe: the kubelet GETs /busy from busybox httpd in the `probe` container,
+    which serves (read-only) the folder where the runner keeps that file."""
+    pod = render(trial_body())
+    assert "readinessProbe" not in container(pod)
+    probe_c = container(pod, PROBE_CONTAINER)
+    assert probe_c["image"] == PROBE_IMAGE
+    assert probe_c["command"] == ["httpd", "-f", "-p", str(PROBE_PORT), "-h", "/probe"]
+    assert probe_c["volumeMounts"] == [{"name": "shipyard", "mountPath": "/probe",
+                                        "subPath": "probe", "readOnly": True}]
+    security = probe_c["securityContext"]
+    assert security["runAsUser"] == 65534 and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    probe = probe_c["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/busy", "port": PROBE_PORT}
+    assert probe["failureThreshold"] == probe["successThreshold"] == 1
+    assert probe["periodSeconds"] == 1
+    assert pod["spec"]["containers"][0]["name"] == "main"
+
+
+def test_the_probe_container_is_for_trials_whose_task_phases_may_run_long() -> None:
+    quick = plan_for(task(HELLO_TOML.replace("timeout_sec = 120.0", "timeout_sec = 60.0")))
+    assert max(p.timeout_sec or 0 for p in quick.phases) <= PROBE_CONTAINER_AFTER_SEC
+    assert probe_image_for(quick, PROBE_IMAGE) is None
+    long = plan_for(task(HELLO_TOML.replace("timeout_sec = 120.0", "timeout_sec = 600.0")))
+    assert probe_image_for(long, PROBE_IMAGE) == PROBE_IMAGE
+    assert probe_image_for(long, None) is None  # the operator's `none`
+
+
+def test_without_a_probe_image_readiness_is_an_exec_of_runner_ready() -> None:
+    pod = build_environment_pod(trial_body(), plan_for(), probe_image=None)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    probe = container(pod)["readinessProbe"]
     assert probe["exec"]["command"] == ["/bin/sh", RUNNER_PATH, "ready"]
     assert probe["failureThreshold"] == probe["successThreshold"] == 1
     assert probe["periodSeconds"] <= 5
@@ -158,7 +202,9 @@ def test_trial_pods_are_hardened() -> None:
     assert security["capabilities"]["drop"] == ["ALL"]
     assert "NET_RAW" not in security["capabilities"]["add"]
     assert "SETUID" in security["capabilities"]["add"]  # su to the agent's user
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main", PROBE_CONTAINER]
+    probe = container(pod, PROBE_CONTAINER)["securityContext"]
+    assert probe["allowPrivilegeEscalation"] is False and probe["runAsNonRoot"] is True
 
 
 def test_no_secret_volumes_without_env_from() -> None:

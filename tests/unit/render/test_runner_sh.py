@@ -162,9 +162,9 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def gate(runner: Runner) -> tuple[str, Path]:
+def gate(runner: Runner, name: str = "go") -> tuple[str, Path]:
     """A command fragment that blocks until the returned file exists."""
-    path = runner.root / "go"
+    path = runner.root / name
     return f'while [ ! -f "{path}" ]; do sleep 0.05; done\n', path
 
 
@@ -271,6 +271,25 @@ def test_a_phase_is_done_before_the_pod_turns_ready_and_never_unreadies_the_next
     (runner.root / "state" / "running").unlink()
     runner.launch("p3", phase("true"), grace=5)
     assert runner.ready() and runner.status("p3").done
+
+
+def test_the_probe_s_busy_file_is_there_only_while_a_launched_phase_runs(
+        runner: Runner) -> None:
+    """What the `probe` container serves the kubelet's HTTP probe: /busy, world-readable (it
+    runs as nobody), there from a phase's launch until it is recorded done."""
+    busy = runner.root / "probe" / "busy"
+    assert not busy.exists()
+    wait_for_go, go = gate(runner)
+    runner.launch("p1", phase(wait_for_go), grace=0)
+    assert busy.exists() and busy.stat().st_mode & 0o004
+    assert (busy.parent.stat().st_mode & 0o005) == 0o005
+    go.touch()
+    runner.wait("p1")
+    assert not busy.exists()
+    runner.launch("p1", phase("true"), grace=0)  # a retried launch changes nothing
+    assert not busy.exists()
+    assert runner.launch("p2", phase("true")).done
+    assert not busy.exists()
 
 
 def test_a_quick_phase_s_launch_carries_its_result(runner: Runner) -> None:
