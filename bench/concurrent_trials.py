@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from harbor_venv import ensure_harbor  # noqa: E402
+from shipyard.plan.settings import LOCAL_PROBE_IMAGE  # noqa: E402
 
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
 SOLVE = "#!/bin/sh\necho ok > /tmp/out\n"
@@ -370,8 +371,7 @@ def run_shipyard(args, kubeconfig: str, core, custom, exec_probe: bool = False) 
     # Leader election as deployed, with a Lease of its own: another operator on the cluster
     # holding the default Lease would keep this one a standby.
     env["SHIPYARD_LEADER_LEASE_NAME"] = f"shipyard-bench-{namespace}"
-    if exec_probe:
-        env["SHIPYARD_PROBE_IMAGE"] = "none"
+    env["SHIPYARD_PROBE_IMAGE"] = "none" if exec_probe else LOCAL_PROBE_IMAGE
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
            "operator", "--liveness", "", "-n", namespace, *(["-v"] if args.verbose else [])]
     if args.profile:

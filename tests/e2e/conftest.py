@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from shipyard.plan.settings import LOCAL_PROBE_IMAGE
 from tests.conftest import TEST_NAMESPACE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +159,8 @@ LOCAL_BUILD_ENV = {
     "SHIPYARD_BUILDKIT_ADDR": "tcp://127.0.0.1:1234",
     "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    # The probe container for trials with long timeouts (the local cluster's busybox).
+    "SHIPYARD_PROBE_IMAGE": LOCAL_PROBE_IMAGE,
 }
 
 

@@ -40,9 +40,10 @@ TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
-PROBE_IMAGE = "localhost/shipyard/busybox:latest"
-"""The trial pods' `probe` container image (any busybox with httpd): the local cluster's own by
-default, as agent bundles are; `none` goes back to an exec readiness probe."""
+LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
+"""The local cluster's busybox, for SHIPYARD_PROBE_IMAGE there (tests, benches). Unset (or
+`none`), trial pods keep the exec readiness probe: a probe image is opted into, so that no
+cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
 
 TASK_WAIT_SEC = 60.0
@@ -83,9 +84,7 @@ def _positive_int(environ: Mapping[str, str], name: str) -> int | None:
 
 def _probe_image(environ: Mapping[str, str]) -> str | None:
     raw = environ.get(PROBE_IMAGE_ENV, "").strip()
-    if raw.lower() == "none":
-        return None
-    return raw or PROBE_IMAGE
+    return None if raw.lower() in ("", "none") else raw
 
 
 def _ttl(environ: Mapping[str, str]) -> int | None:
@@ -158,7 +157,7 @@ class OperatorSettings:
     agent_bundle_repository: str | None = None
     """Where installed agents' bundle images are (None: the local cluster's own)."""
     threads: int = THREADS
-    probe_image: str | None = PROBE_IMAGE
+    probe_image: str | None = None
     """The image of the trial pods' `probe` container (`render.pod.probe_container`), which
     answers their readiness probe over HTTP; None: an exec probe (a runtime exec per pod every
     2 s, which loads the node)."""

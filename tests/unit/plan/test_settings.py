@@ -13,7 +13,6 @@ from shipyard.plan.accelerators import (
 )
 from shipyard.plan.settings import (
     DEFAULT_TTL_ENV,
-    PROBE_IMAGE,
     PROBE_IMAGE_ENV,
     LeaderSettings,
     OperatorSettings,
@@ -111,8 +110,8 @@ def test_leader_timings_must_leave_the_holder_time_to_stop_first():
     assert "SHIPYARD_LEADER_ELECTION='maybe': not a boolean" in (settings.error or "")
 
 
-def test_probe_image_defaults_to_the_local_cluster_s_busybox_and_none_means_an_exec_probe():
-    assert OperatorSettings.from_env({}).probe_image == PROBE_IMAGE
+def test_the_probe_container_is_opted_into_and_none_means_an_exec_probe():
+    assert OperatorSettings.from_env({}).probe_image is None
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: " mirror/busybox:1.37 "}).probe_image \
         == "mirror/busybox:1.37"
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: "None"}).probe_image is None

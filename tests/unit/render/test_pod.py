@@ -31,7 +31,7 @@ from shipyard.api.conventions import (
     pod_name,
 )
 from shipyard.plan.phases import PhaseSpec, TrialPlan
-from shipyard.plan.settings import PROBE_IMAGE
+from shipyard.plan.settings import LOCAL_PROBE_IMAGE
 from shipyard.render.phase_bundle import build_phase_bundle
 from shipyard.render.pod import (
     LOG_LIMIT_BYTES,
@@ -60,7 +60,7 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def build_environment_pod(body: dict[str, Any], plan: TrialPlan,
-                          probe_image: str | None = PROBE_IMAGE) -> dict[str, Any]:
+                          probe_image: str | None = LOCAL_PROBE_IMAGE) -> dict[str, Any]:
     """The environment pod of a trial's first attempt, as the operator creates it for a trial
     that gets the probe container (`probe_image_for`; None: the exec probe)."""
     name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
@@ -133,7 +133,7 @@ def test_readiness_is_an_http_get_of_the_runner_s_busy_file_served_by_the_probe_
     pod = render(trial_body())
     assert "readinessProbe" not in container(pod)
     probe_c = container(pod, PROBE_CONTAINER)
-    assert probe_c["image"] == PROBE_IMAGE
+    assert probe_c["image"] == LOCAL_PROBE_IMAGE
     assert probe_c["command"] == ["httpd", "-f", "-p", str(PROBE_PORT), "-h", "/probe"]
     assert probe_c["volumeMounts"] == [{"name": "shipyard", "mountPath": "/probe",
                                         "subPath": "probe", "readOnly": True}]
@@ -150,9 +150,9 @@ def test_readiness_is_an_http_get_of_the_runner_s_busy_file_served_by_the_probe_
 def test_the_probe_container_is_for_trials_whose_task_phases_may_run_long() -> None:
     quick = plan_for(task(HELLO_TOML.replace("timeout_sec = 120.0", "timeout_sec = 60.0")))
     assert max(p.timeout_sec or 0 for p in quick.phases) <= PROBE_CONTAINER_AFTER_SEC
-    assert probe_image_for(quick, PROBE_IMAGE) is None
+    assert probe_image_for(quick, LOCAL_PROBE_IMAGE) is None
     long = plan_for(task(HELLO_TOML.replace("timeout_sec = 120.0", "timeout_sec = 600.0")))
-    assert probe_image_for(long, PROBE_IMAGE) == PROBE_IMAGE
+    assert probe_image_for(long, LOCAL_PROBE_IMAGE) == LOCAL_PROBE_IMAGE
     assert probe_image_for(long, None) is None  # the operator's `none`
 
 
