@@ -36,6 +36,7 @@ from shipyard.reconcile.sweep_status import (
     observe,
     resolve_tasks,
     sweep_status,
+    wakes,
     write_delay,
 )
 
@@ -75,9 +76,12 @@ async def sweep_trial_changed(event: dict[str, Any], body: kopf.Body, namespace:
         return  # its Sweep's daemon lists the Trials when it starts
     if event.get("type") == "DELETED":
         index.trials.pop(name, None)
-    else:
-        index.put(observe(body))
-    index.event.set()
+        index.event.set()
+        return
+    before = index.trials.get(name)
+    index.put(observe(body))
+    if wakes(before, index.trials.get(name)):
+        index.event.set()
 
 
 @kopf.on.event(GROUP, VERSION, "sweeps")

@@ -19,6 +19,7 @@ from shipyard.reconcile.sweep_status import (
     observe,
     resolve_tasks,
     sweep_status,
+    wakes,
     write_delay,
 )
 
@@ -306,3 +307,18 @@ def test_a_complete_sweep_is_settled_until_its_spec_changes() -> None:
     assert not is_settled({"generation": 2}, {"observedGeneration": 2, "conditions": []})
     assert not is_settled({"generation": 1}, None)
 
+
+
+def test_only_a_new_trial_a_new_phase_or_a_result_wakes_the_sweep() -> None:
+    spec = make_spec()
+    slot = expand(["a", "b"], spec)[0]
+    pending = trial(spec, slot)
+    running = trial(spec, slot, "Running")
+    assert wakes(None, pending)  # a Trial the Sweep did not know
+    assert wakes(pending, running)  # the running count
+    assert wakes(running, trial(spec, slot, "Completed", 1.0))  # a freed slot, a reward
+    assert not wakes(running, trial(spec, slot, "Running"))  # its progress within a phase
+    assert not wakes(running, running)  # an older event the index did not take
+    assert not wakes(running, None)  # not a Trial of a sweep slot
+    done = trial(spec, slot, "Completed", 1.0)
+    assert wakes(done, trial(spec, slot, "Completed", 0.0))
