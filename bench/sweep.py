@@ -9,16 +9,23 @@ Starts its own operator (serving only the bench namespace) from this checkout, c
 and prints: wall time, Trials/s, the most Trials running at once (from a watch), the
 operator's peak RSS, the API requests per Trial the Sweep made (Trial creates, Trial and Task
 lists, status writes; the Trials' own requests are counted apart) and the status size.
+
+And where the time goes: each Trial's latency (created → finished, seen by a watch) split at its
+environment pod's creation and first readiness; how full the Sweep kept its `parallelism` while
+slots were left to create; the refill delay (the k-th Trial to finish → the (parallelism+k)-th
+Trial created: the controller's own share); and the operator's CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +38,7 @@ from concurrent_trials import (  # noqa: E402
     bench_namespace,
     follow_until,
     peak_rss_mib,
+    percentile,
     start_operator,
 )
 
@@ -49,6 +57,115 @@ def task_body(name: str, image: str) -> dict:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def occupancy(changes: list[tuple[float, int]], start: float, end: float) -> float:
+    """Time-weighted mean of a count from its (time, new value) changes over [start, end]."""
+    if end <= start:
+        return float("nan")
+    total, value, at = 0.0, 0, start
+    for t, count in sorted(changes):
+        if t > end:
+            break
+        if t > at:
+            total += value * (t - at)
+            at = t
+        value = count
+    return (total + value * (end - at)) / (end - start)
+
+
+def refill_delays(created: list[float], finished: list[float], parallelism: int) -> list[float]:
+    """The k-th Trial to finish frees the slot of the (parallelism + k)-th to be created: the
+    time between the two is what the controller adds to the pipeline."""
+    created, finished = sorted(created), sorted(finished)
+    return [created[parallelism + k] - finished[k]
+            for k in range(min(len(finished), len(created) - parallelism))]
+
+
+class Timeline:
+    """When the bench's watches first saw each Trial, its finish, its pod and the pod Ready."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.phases: dict[str, str] = {}
+        self.created: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.active: list[tuple[float, int]] = []  # (time, non-terminal Trials then)
+        self.most = 0
+        self.pod_created: dict[str, float] = {}  # Trial name → its first pod seen
+        self.pod_ready: dict[str, float] = {}
+
+    def trial(self, obj: dict) -> tuple[str, bool] | None:
+        """Every Trial event; (name, ok) once final."""
+        now = time.monotonic()
+        name, status = obj["metadata"]["name"], obj.get("status") or {}
+        with self.lock:
+            self.created.setdefault(name, now)
+            before = self.phases.get(name)
+            self.phases[name] = status.get("phase") or "Pending"
+            if self.phases[name] != before:
+                active = sum(1 for p in self.phases.values() if p not in FINISHED_PHASES)
+                self.active.append((now, active))
+                self.most = max(self.most, active)
+            if self.phases[name] in FINISHED_PHASES:
+                self.finished.setdefault(name, now)
+                return name, self.phases[name] == "Completed"
+        return None
+
+    def pod(self, pod) -> None:
+        """Every pod event of the namespace (kubernetes client models)."""
+        now = time.monotonic()
+        owner = next((o.name for o in pod.metadata.owner_references or []
+                      if o.kind == "Trial"), None)
+        if owner is None:
+            return
+        with self.lock:
+            self.pod_created.setdefault(owner, now)
+            ready = any(c.type == "Ready" and c.status == "True"
+                        for c in (pod.status.conditions or []))
+            if ready:
+                self.pod_ready.setdefault(owner, now)
+
+    def report(self, began: float, parallelism: int, planned: int) -> list[str]:
+        with self.lock:
+            done = [n for n in self.finished if n in self.created]
+            if not done:
+                return []
+            latency = [self.finished[n] - self.created[n] for n in done]
+            split = [n for n in done if n in self.pod_created and n in self.pod_ready]
+            last_created = max(self.created.values())
+            refill = refill_delays(list(self.created.values()), list(self.finished.values()),
+                                   parallelism)
+            active = list(self.active)
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values) if values else float("nan")
+
+        lines = [f"trial latency:           p50 {percentile(latency, 50):.1f} s, "
+                 f"p95 {percentile(latency, 95):.1f} s, mean {mean(latency):.1f} s "
+                 "(created → finished, as watched)"]
+        if split:
+            to_pod = mean([self.pod_created[n] - self.created[n] for n in split])
+            to_ready = mean([self.pod_ready[n] - self.pod_created[n] for n in split])
+            to_end = mean([self.finished[n] - self.pod_ready[n] for n in split])
+            lines.append(f"  of which (means):      created → pod {to_pod:.1f} s, pod → Ready "
+                         f"{to_ready:.1f} s, Ready → finished {to_end:.1f} s "
+                         f"({len(split)} trials)")
+        if planned > parallelism:
+            lines.append(f"parallelism kept full:   {occupancy(active, began, last_created):.1f} "
+                         f"non-terminal Trials on average while slots were left to create "
+                         f"(parallelism {parallelism})")
+        if refill:
+            lines.append(f"refill delay:            p50 {percentile(refill, 50) * 1000:.0f} ms, "
+                         f"p95 {percentile(refill, 95) * 1000:.0f} ms (a Trial finished → the "
+                         "next one created)")
+        return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1000, help="trials (default 1000)")
@@ -62,18 +179,9 @@ def main() -> int:
 
     kubeconfig, core, custom, namespace = bench_namespace("sweep")
     operator, log = start_operator(kubeconfig, namespace)
-    phases: dict[str, str] = {}
-    most = [0]
+    timeline = Timeline()
     finished: dict[str, tuple[float, bool]] = {}
-
-    def seen(obj: dict) -> tuple[str, bool] | None:
-        """Every Trial event: the most non-terminal Trials at once; (name, ok) when final."""
-        name, status = obj["metadata"]["name"], obj.get("status") or {}
-        phases[name] = status.get("phase") or "Pending"
-        most[0] = max(most[0], sum(1 for p in phases.values() if p not in FINISHED_PHASES))
-        if phases[name] in FINISHED_PHASES:
-            return name, phases[name] == "Completed"
-        return None
+    began = time.monotonic()
 
     sweep: dict = {}
     try:
@@ -82,8 +190,11 @@ def main() -> int:
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks",
                                                    task_body(f"triv-{i:03d}", args.image))
         follow_until(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, "trials"),
-                     planned, args.timeout, seen, finished)
+                     planned, args.timeout, timeline.trial, finished)
+        follow_until(core.list_namespaced_pod, (namespace,), planned + 1, args.timeout,
+                     timeline.pod, {})
         time.sleep(1)
+        cpu_before = cpu_seconds(operator.pid)
         began = time.monotonic()
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Sweep", "metadata": {"name": "bench"},
@@ -99,6 +210,7 @@ def main() -> int:
             time.sleep(2)
         wall = time.monotonic() - began
         rss = peak_rss_mib(operator.pid)
+        cpu = cpu_seconds(operator.pid) - cpu_before
     finally:
         operator.send_signal(signal.SIGTERM)
         try:
@@ -121,7 +233,10 @@ def main() -> int:
     print(f"finished / errors:       {counts.get('completed')} / {counts.get('errored')}, "
           f"mean {status.get('mean')}")
     print(f"wall time:               {wall:.1f} s ({planned / wall:.2f} trials/s)")
-    print(f"most running at once:    {most[0]} (parallelism {args.parallelism})")
+    print(f"most running at once:    {timeline.most} (parallelism {args.parallelism})")
+    for line in timeline.report(began, args.parallelism, planned):
+        print(line)
+    print(f"operator CPU:            {cpu:.0f} s ({100 * cpu / wall:.0f} % of one core)")
     print(f"operator peak RSS:       {rss:.0f} MiB")
     if swept:
         n = int(swept.group(1))
