@@ -34,13 +34,13 @@ from shipyard.reconcile.sweep_status import (
     is_settled,
     newer,
     observe,
+    pause_after,
     resolve_tasks,
     sweep_status,
     wakes,
     write_delay,
 )
 
-DEBOUNCE = 0.5  # after a wake-up, let a burst of Trial events land first
 TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
 IDLE_WAIT = 60.0
@@ -136,6 +136,7 @@ class SweepDriver:
         self.written: dict[str, Any] | None = None
         self.written_at = -1e9
         self.generation: int | None = None
+        self.computed = 0.0  # seconds the last pass spent in the pure layers (on the loop)
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
         # Stopped (the Sweep deleted, the operator stopping): leave at once, so that kopf
@@ -150,8 +151,8 @@ class SweepDriver:
                                    return_when=asyncio.FIRST_COMPLETED)
                 woken.cancel()
                 self.index.event.clear()
-                if not stopped:
-                    await asyncio.sleep(DEBOUNCE)
+                if not stopped:  # let a burst of Trial events land first
+                    await asyncio.sleep(pause_after(self.computed))
         finally:
             stopping.cancel()
 
@@ -188,25 +189,30 @@ class SweepDriver:
         if clock - self.synced_at > RESYNC:
             await self.resync()
         created = parse_time(sweep["metadata"].get("creationTimestamp")) or now
+        began = time.perf_counter()
         tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(),
                               self.settings.task_wait_sec)
         slots = expand([t.name for t in tasks], spec)
-        for slot, gen in admit(spec, slots, tasks, list(self.index.trials.values())):
+        admitted = admit(spec, slots, tasks, list(self.index.trials.values()))
+        self.computed = time.perf_counter() - began
+        for slot, gen in admitted:
             made = await asyncio.to_thread(kube.create_trial, self.namespace,
                                            trial_body(sweep, spec, slot, gen))
             if made is None:  # the cache missed it: list again before creating more
                 await self.resync()
                 return 0.0
             self.index.put(observe(made))
+        began = time.perf_counter()
         status = sweep_status(sweep, spec, tasks, slots, list(self.index.trials.values()), now)
-        wait = await self.write(sweep, status)
+        wanted = status.model_dump(by_alias=True, mode="json")
+        self.computed += time.perf_counter() - began
+        wait = await self.write(sweep, wanted)
         # a missing Task turns into errors when its wait is over: look again by then
         return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
 
-    async def write(self, sweep: dict[str, Any], status: SweepStatus) -> float:
-        """Write the status when `write_delay` says so; returns the longest wait before the
-        next pass."""
-        wanted = status.model_dump(by_alias=True, mode="json")
+    async def write(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> float:
+        """Write the status (as API dicts) when `write_delay` says so; returns the longest
+        wait before the next pass."""
         written = self.written if self.written is not None else sweep["status"]
         delay = write_delay(written, wanted, time.monotonic() - self.written_at,
                             self.settings.sweep_status_interval_sec)
@@ -242,7 +248,7 @@ class SweepDriver:
                            observed_generation=sweep["metadata"].get("generation"))
         status = SweepStatus(observed_generation=failed.observed_generation,
                              conditions=[failed])
-        await self.write(sweep, status)
+        await self.write(sweep, status.model_dump(by_alias=True, mode="json"))
         return IDLE_WAIT
 
 

@@ -489,6 +489,23 @@ def is_settled(meta: Mapping[str, Any], status: Mapping[str, Any] | None) -> boo
             and status.get("observedGeneration") == meta.get("generation"))
 
 
+# ---------------------------------------------------------------- when to look again
+
+PAUSE_MIN = 0.05
+PAUSE_MAX = 0.5
+PASS_SHARE = 0.1
+"""A pass (expand, admit, status: O(slots), on the event loop) takes at most this share of the
+time while Trial events keep coming."""
+
+
+def pause_after(pass_sec: float) -> float:
+    """Seconds to let Trial events gather after a wake-up before the next pass: short when a
+    pass is cheap, so a finished Trial's slot is refilled at once (the refill delay adds to
+    every Trial of a sweep), and long enough for a big plan that its passes stay
+    PASS_SHARE of the event loop."""
+    return min(PAUSE_MAX, max(PAUSE_MIN, pass_sec / PASS_SHARE))
+
+
 # ---------------------------------------------------------------- when to write it
 
 CONDITION_DELAY = 2.0

@@ -17,6 +17,7 @@ from shipyard.reconcile.sweep_status import (
     compress,
     is_settled,
     observe,
+    pause_after,
     resolve_tasks,
     sweep_status,
     wakes,
@@ -322,3 +323,11 @@ def test_only_a_new_trial_a_new_phase_or_a_result_wakes_the_sweep() -> None:
     assert not wakes(running, None)  # not a Trial of a sweep slot
     done = trial(spec, slot, "Completed", 1.0)
     assert wakes(done, trial(spec, slot, "Completed", 0.0))
+
+
+def test_the_pause_between_passes_keeps_a_pass_a_tenth_of_the_time() -> None:
+    assert pause_after(0.0) == pytest.approx(0.05)  # cheap: a freed slot is refilled at once
+    assert pause_after(0.02) == pytest.approx(0.2)
+    assert pause_after(0.2) == pytest.approx(0.5)  # 10,000 slots: at most every half second
+    for spent in (0.001, 0.01, 0.04):
+        assert spent / (spent + pause_after(spent)) <= 0.1
