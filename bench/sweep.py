@@ -220,6 +220,8 @@ def main() -> int:
         for plural in ("sweeps", "trials", "tasks"):  # the operator is gone: no finalizers
             for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                             plural)["items"]:
+                if not obj["metadata"].get("finalizers"):
+                    continue
                 custom.patch_namespaced_custom_object(
                     GROUP, VERSION, namespace, plural, obj["metadata"]["name"],
                     {"metadata": {"finalizers": None}})
