@@ -27,7 +27,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from kubernetes import client
 
 from shipyard.api.conventions import FINISHED_PHASES
 from shipyard.api.models import GROUP, VERSION
@@ -86,6 +90,20 @@ def refill_delays(created: list[float], finished: list[float], parallelism: int)
             for k in range(min(len(finished), len(created) - parallelism))]
 
 
+def raw_pods(core: client.CoreV1Api) -> Callable[..., Any]:
+    """`list_namespaced_pod` answering dicts, lists and watch events alike (the watch leaves
+    an object as a dict when the function names no return type): deserializing thousands of
+    pod events into models would cost the bench more CPU than the operator spends."""
+
+    def list_pods(namespace: str, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            return core.list_namespaced_pod(namespace, **kwargs)
+        return json.loads(core.list_namespaced_pod(namespace, _preload_content=False,
+                                                   **kwargs).data)
+
+    return list_pods
+
+
 class Timeline:
     """When the bench's watches first saw each Trial, its finish, its pod and the pod Ready."""
 
@@ -116,18 +134,17 @@ class Timeline:
                 return name, self.phases[name] == "Completed"
         return None
 
-    def pod(self, pod) -> None:
-        """Every pod event of the namespace (kubernetes client models)."""
+    def pod(self, pod: dict) -> None:
+        """Every pod event of the namespace."""
         now = time.monotonic()
-        owner = next((o.name for o in pod.metadata.owner_references or []
-                      if o.kind == "Trial"), None)
+        owner = next((o["name"] for o in pod["metadata"].get("ownerReferences") or []
+                      if o.get("kind") == "Trial"), None)
         if owner is None:
             return
         with self.lock:
             self.pod_created.setdefault(owner, now)
-            ready = any(c.type == "Ready" and c.status == "True"
-                        for c in (pod.status.conditions or []))
-            if ready:
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (pod.get("status") or {}).get("conditions") or []):
                 self.pod_ready.setdefault(owner, now)
 
     def report(self, began: float, parallelism: int, planned: int) -> list[str]:
@@ -191,8 +208,7 @@ def main() -> int:
                                                    task_body(f"triv-{i:03d}", args.image))
         follow_until(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, "trials"),
                      planned, args.timeout, timeline.trial, finished)
-        follow_until(core.list_namespaced_pod, (namespace,), planned + 1, args.timeout,
-                     timeline.pod, {})
+        follow_until(raw_pods(core), (namespace,), planned + 1, args.timeout, timeline.pod, {})
         time.sleep(1)
         cpu_before = cpu_seconds(operator.pid)
         began = time.monotonic()
