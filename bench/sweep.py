@@ -250,7 +250,9 @@ def main() -> int:
     print(f"trials planned:          {planned} ({args.tasks} tasks x 2 agents x {attempts})")
     print(f"finished / errors:       {counts.get('completed')} / {counts.get('errored')}, "
           f"mean {status.get('mean')}")
-    print(f"wall time:               {wall:.1f} s ({planned / wall:.2f} trials/s)")
+    if len(finished) < planned:  # --timeout: the rate of what finished, said so
+        print(f"INCOMPLETE at --timeout: {len(finished)} of {planned} trials finished")
+    print(f"wall time:               {wall:.1f} s ({len(finished) / wall:.2f} trials/s)")
     print(f"most running at once:    {timeline.most} (parallelism {args.parallelism})")
     for line in timeline.report(began, args.parallelism, planned):
         print(line)
