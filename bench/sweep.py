@@ -114,6 +114,7 @@ class Timeline:
         self.finished: dict[str, float] = {}
         self.active: list[tuple[float, int]] = []  # (time, non-terminal Trials then)
         self.most = 0
+        self.count = 0  # non-terminal Trials now
         self.pod_created: dict[str, float] = {}  # Trial name → its first pod seen
         self.pod_ready: dict[str, float] = {}
 
@@ -125,10 +126,12 @@ class Timeline:
             self.created.setdefault(name, now)
             before = self.phases.get(name)
             self.phases[name] = status.get("phase") or "Pending"
-            if self.phases[name] != before:
-                active = sum(1 for p in self.phases.values() if p not in FINISHED_PHASES)
-                self.active.append((now, active))
-                self.most = max(self.most, active)
+            was = before is not None and before not in FINISHED_PHASES
+            now_active = self.phases[name] not in FINISHED_PHASES
+            if was != now_active:
+                self.count += 1 if now_active else -1
+                self.active.append((now, self.count))
+                self.most = max(self.most, self.count)
             if self.phases[name] in FINISHED_PHASES:
                 self.finished.setdefault(name, now)
                 return name, self.phases[name] == "Completed"
