@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run one Sweep of N trivial Trials and print what it costs.
 
-    python bench/sweep.py [-n 1000] [--tasks 20] [--parallelism 20]
+    python bench/sweep.py [-n 1000] [--tasks 20] [--parallelism 16]
 
 Uses the cluster of KUBECONFIG when SHIPYARD_USE_EXISTING_CLUSTER=1, else the local cluster.
 Starts its own operator (serving only the bench namespace) from this checkout, creates
@@ -14,6 +14,10 @@ And where the time goes: each Trial's latency (created → finished, seen by a w
 environment pod's creation and first readiness; how full the Sweep kept its `parallelism` while
 slots were left to create; the refill delay (the k-th Trial to finish → the (parallelism+k)-th
 Trial created: the controller's own share); and the operator's CPU time.
+
+The default parallelism, 16, is about what the 2-core development node keeps busy: its Trials
+are node-bound (pod start, execs, an exec readiness probe every 2 s per pod), so more Trials at
+once only queue there and lengthen each one (docs/sweeps.md, Cost).
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1000, help="trials (default 1000)")
     parser.add_argument("--tasks", type=int, default=20)
-    parser.add_argument("--parallelism", type=int, default=20)
+    parser.add_argument("--parallelism", type=int, default=16)
     parser.add_argument("--image", default="localhost/shipyard/busybox:latest")
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
