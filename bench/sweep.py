@@ -196,7 +196,8 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--parallelism", type=int, default=16)
     parser.add_argument("--image", default="localhost/shipyard/busybox:latest")
-    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="seconds; then (or on SIGUSR1) report what finished so far")
     args = parser.parse_args()
     attempts = max(1, args.n // (2 * args.tasks))
     planned = attempts * 2 * args.tasks
@@ -224,13 +225,15 @@ def main() -> int:
             "spec": {"tasks": {"selector": {"matchLabels": {"dataset": "bench"}}},
                      "agents": [{"name": "oracle"}, {"name": "nop"}], "attempts": attempts,
                      "parallelism": args.parallelism}})
-        while time.monotonic() - began < args.timeout:
+        stop = threading.Event()  # `kill -USR1`: stop waiting, report what finished so far
+        signal.signal(signal.SIGUSR1, lambda *_: stop.set())
+        while time.monotonic() - began < args.timeout and not stop.is_set():
             sweep = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps",
                                                         "bench")
             if any(c["type"] == "Complete" and c["status"] == "True"
                    for c in (sweep.get("status") or {}).get("conditions") or []):
                 break
-            time.sleep(2)
+            stop.wait(2)
         wall = time.monotonic() - began
         rss = peak_rss_mib(operator.pid)
         cpu = cpu_seconds(operator.pid) - cpu_before
