@@ -263,6 +263,7 @@ def main() -> int:
     print(f"trials planned:          {planned} ({args.tasks} tasks x 2 agents x {attempts})")
     print(f"finished / errors:       {counts.get('completed')} / {counts.get('errored')}, "
           f"mean {status.get('mean')}")
+    created = max(1, len(timeline.created))  # all of the plan, unless stopped early
     if len(finished) < planned:  # --timeout: the rate of what finished, said so
         print(f"INCOMPLETE at --timeout: {len(finished)} of {planned} trials finished")
     print(f"wall time:               {wall:.1f} s ({len(finished) / wall:.2f} trials/s)")
@@ -274,10 +275,11 @@ def main() -> int:
     if swept:
         n = int(swept.group(1))
         kinds = ", ".join(f"{k} {v}" for k, v in json.loads(swept.group(2)).items())
-        print(f"sweep API requests:      {n / planned:.2f} per trial ({n} in all: {kinds})")
+        print(f"sweep API requests:      {n / created:.2f} per trial created ({n} in all: "
+              f"{kinds})")
     if total:
         n = int(total.group(1))
-        print(f"all operator requests:   {n / planned:.1f} per trial ({n} in all)")
+        print(f"all operator requests:   {n / created:.1f} per trial created ({n} in all)")
     print(f"status size:             {len(json.dumps(status))} bytes")
     return 0 if counts.get("completed") == planned else 1
 
