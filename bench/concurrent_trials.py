@@ -348,7 +348,10 @@ def peak_rss_mib(pid: int) -> float:
 def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, Path]:
     """The operator of this checkout, serving only `namespace`; its log file."""
     log = Path(tempfile.mkdtemp()) / "operator.log"
-    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1")
+    # Its Lease in its own namespace: two benches (or an installed operator) at once must not
+    # wait for each other's default/shipyard-operator.
+    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1",
+               SHIPYARD_LEADER_LEASE_NAMESPACE=namespace)
     with open(log, "wb") as out:
         operator = subprocess.Popen(
             [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n", namespace],
