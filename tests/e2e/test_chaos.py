@@ -50,7 +50,9 @@ def test_operator_sigkilled_at_random_loses_and_repeats_nothing(cluster, crds, t
 def test_apiserver_etcd_kubelet_crashed_and_a_pod_evicted_mid_run_lose_nothing(
         cluster, crds, tmp_path) -> None:
     if not cluster.local or os.geteuid() != 0:
-        pytest.skip("restarts the local cluster's components: root and the local cluster only")
+        pytest.skip("crashes the apiserver, etcd and kubelet with `localcluster.py restart`: "
+                    "only on the project's local cluster, as root (another cluster's control "
+                    "plane is not ours to restart)")
     # Each arm in turn every 15-25 s; the trials outlast one turn of the four (their agents
     # sleep two minutes), the eviction first, while every agent runs.
     figures, run = run_chaos(cluster, tmp_path, "--arms", "eviction", "apiserver", "etcd",
