@@ -787,13 +787,12 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
         return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
-        pulling_since = pod.created_at or now
-        grace = timedelta(seconds=plan.image_pull_grace_sec)
         if pod.image_pull_permanent:
             return Reason.IMAGE_PULL_FAILED, pod.image_pull_error
-        if now - pulling_since >= grace:
+        grace = plan.image_pull_grace_sec  # else the kubelet's retries may still pull it
+        if pod.created_at and now - pod.created_at >= timedelta(seconds=grace):
             return (Reason.IMAGE_PULL_FAILED,
-                    f"{pod.image_pull_error} (still failing after {grace.total_seconds():g} s)")
+                    f"{pod.image_pull_error} (still failing after {grace:g} s)")
     if pod.config_error:
         return Reason.POD_LOST, pod.config_error
     if first and not rec.launched and not (pod.ready or pod.running):
