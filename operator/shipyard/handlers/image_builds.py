@@ -24,6 +24,7 @@ from shipyard.api.models import (
 from shipyard.api.reasons import Reason
 from shipyard.handlers import config
 from shipyard.handlers.task_files import TaskUnavailable, load_task, task_body
+from shipyard.kube import events as kube_events
 from shipyard.kube import image_builds as kube_builds
 from shipyard.kube import objects
 from shipyard.kube.errors import ApiException
@@ -214,12 +215,13 @@ def refresh_task_images(namespace: str, name: str) -> None:
     }
     if patch["images"] == (raw.get("images") or {}) and before == cond:
         return
-    objects.patch_status("tasks", namespace, name, patch)
     if before is None or (before.status, before.reason) != (cond.status, cond.reason):
         failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, "Pending")
-        kopf.event(task, type="Warning" if failed else "Normal",
-                   reason=cond.reason if cond.status == "False" else IMAGES_READY,
-                   message=cond.message)
+        kube_events.post_event(
+            task, "Warning" if failed else "Normal",
+            cond.reason if cond.status == "False" else IMAGES_READY, cond.message,
+            key=f"{IMAGES_READY}/{cond.status}/{cond.reason}/{cond.last_transition_time}")
+    objects.patch_status("tasks", namespace, name, patch)
 
 
 def _owner_tasks(build: dict[str, Any]) -> list[str]:
@@ -310,15 +312,14 @@ async def _apply(build: dict[str, Any], retry: int = 0) -> None:
     before = _build_status(build)
     status, delay = await asyncio.to_thread(reconcile_build, build)
     if status != before:
+        if status.phase in ("Failed", "Succeeded") and status.phase != before.phase:
+            await asyncio.to_thread(
+                kube_events.post_event, dict(build),
+                "Warning" if status.phase == "Failed" else "Normal",
+                status.reason or status.phase, status.message or "", key=status.phase)
         await asyncio.to_thread(objects.patch_status, PLURAL, build["metadata"]["namespace"],
                                 build["metadata"]["name"],
                                 status.model_dump(by_alias=True, mode="json"))
-        if status.phase == "Failed":
-            kopf.event(build, type="Warning", reason=status.reason or "Failed",
-                       message=status.message or "")
-        elif status.phase == "Succeeded":
-            kopf.event(build, type="Normal", reason=status.reason or "Succeeded",
-                       message=status.message or "")
     if delay is not None:  # exponential backoff: 5 s, 10 s, 20 s ... at most 2 min
         raise kopf.TemporaryError(status.message or "registry unavailable",
                                   delay=min(120.0, delay * 2 ** min(retry, 5)))

@@ -48,7 +48,7 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     settings.persistence.diffbase_storage = TasksOnlyDiffBase(
         prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    # Our own Events are posted explicitly (kopf.event); kopf's per-handler log lines are not.
+    # Our own Events are posted explicitly (kube.events); kopf's per-handler log lines are not.
     settings.posting.level = logging.WARNING
     # `kubectl describe` shows who speaks: "From shipyard-operator", not "From kopf".
     settings.posting.reporting_component = "shipyard-operator"

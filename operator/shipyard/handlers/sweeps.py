@@ -26,6 +26,7 @@ from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
 from shipyard.handlers import config
+from shipyard.kube import events as kube_events
 from shipyard.kube import sweeps as kube
 from shipyard.plan.sweep import expand, trial_body
 from shipyard.reconcile.sweep_status import (
@@ -220,13 +221,14 @@ class SweepDriver:
             return IDLE_WAIT
         if delay > 0:
             return delay
+        await asyncio.to_thread(self.announce, sweep, wanted)
         await asyncio.to_thread(kube.write_status, self.namespace, self.name, wanted)
-        self.announce(sweep, wanted)
         self.written, self.written_at = wanted, time.monotonic()
         return IDLE_WAIT
 
     def announce(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> None:
-        """An Event for each condition that changed (bad input, suspended, complete)."""
+        """(In a thread, before the status it explains) an Event for each condition that
+        changed (bad input, suspended, complete)."""
         before = {(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
                   for c in (self.written or sweep["status"]).get("conditions") or []}
         for c in wanted.get("conditions") or []:
@@ -236,8 +238,9 @@ class SweepDriver:
                 continue
             warning = c["type"] == "Failed" or (c["type"] == "TasksReady"
                                                 and c["reason"] != Reason.WAITING_FOR_TASKS)
-            kopf.event(self.body, type="Warning" if warning else "Normal",
-                       reason=c["reason"], message=c["message"][:1000])
+            kube_events.post_event(
+                dict(self.body), "Warning" if warning else "Normal", c["reason"], c["message"],
+                key=f"{c['type']}/{c['status']}/{c['reason']}/{c.get('lastTransitionTime')}")
 
     async def invalid(self, sweep: dict[str, Any], exc: ValidationError, now: datetime
                       ) -> float:

@@ -13,6 +13,7 @@ from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
+from shipyard.kube import events as kube_events
 from shipyard.kube import objects
 from shipyard.plan.task_summary import summarize
 
@@ -36,14 +37,17 @@ async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name
 @kopf.on.update(GROUP, VERSION, "tasks", field="spec")
 async def validate_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     status, event = await task_status(body)
-    kopf.event(body, type=event[0], reason=event[1], message=event[2])
-    await write_status(body, status)
+    await write_status(body, status, event)
 
 
-async def write_status(body: kopf.Body, status: TaskStatus) -> None:
-    """Written at once (not by kopf after the handler), then refreshed from the ImageBuilds:
-    a build that finished meanwhile is never missed."""
+async def write_status(body: kopf.Body, status: TaskStatus, event: tuple[str, str, str]
+                       ) -> None:
+    """The Event, then the status, written at once (not by kopf after the handler), then
+    refreshed from the ImageBuilds: a build that finished meanwhile is never missed."""
     meta = body["metadata"]
+    type_, reason, message = event
+    await asyncio.to_thread(kube_events.post_event, dict(body), type_, reason, message,
+                            key=f"{meta.get('generation')}/{reason}/{message}")
     await asyncio.to_thread(objects.patch_status, "tasks", meta["namespace"], meta["name"],
                             status.model_dump(by_alias=True, mode="json"))
     if any(c.type == "ImagesReady" for c in status.conditions):
@@ -56,8 +60,7 @@ async def recheck_bundle(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     tools may) becomes Ready once it appears."""
     status, event = await task_status(body)
     if status.conditions[0].reason != Reason.BUNDLE_NOT_FOUND:
-        kopf.event(body, type=event[0], reason=event[1], message=event[2])
-        await write_status(body, status)
+        await write_status(body, status, event)
 
 
 async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]]:

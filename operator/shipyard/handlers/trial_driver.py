@@ -427,13 +427,11 @@ class TrialDriver:
         self.network_ready = True
         backend = settings.fqdn_backend
         if own:  # public throughout is the default: not worth an Event
-            kopf.event(
-                self.body, type="Normal", reason=Reason.NETWORK_POLICIES,
-                message=f"network policies: deny-all plus {', '.join(plan.network.policies)}"
-                + (f" (FQDN backend {backend})" if backend != "none" else ""),
-            )
+            self.event("Normal", Reason.NETWORK_POLICIES,
+                       f"network policies: deny-all plus {', '.join(plan.network.policies)}"
+                       + (f" (FQDN backend {backend})" if backend != "none" else ""))
         for notice in plan.network.notices:
-            kopf.event(self.body, type="Warning", reason=Reason.NETWORK_NOTICE, message=notice)
+            self.event("Warning", Reason.NETWORK_NOTICE, notice)
         return True
 
     def settled_at(self) -> datetime:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from shipyard.api.conventions import EVENT_COMPONENT, iso
+from shipyard.api.conventions import EVENT_COMPONENT, event_name, iso
 from shipyard.kube.client import core
 from shipyard.kube.errors import is_server_error
 
@@ -41,3 +41,10 @@ def post_events(obj: dict[str, Any], events: list[tuple[str, str, str, str]]) ->
             if e.status != 409:
                 log.warning(f"could not post Event {reason} about {meta['name']}: "
                             f"{e.status} {e.reason}")
+
+
+def post_event(obj: dict[str, Any], type_: str, reason: str, message: str, key: str) -> None:
+    """One Event about `obj`, named by what it records (`key`), posted now: a reader who then
+    sees the status it explains finds it (kopf's queued Events may come seconds later)."""
+    name = event_name(obj["metadata"]["name"], obj["metadata"].get("uid") or "", key)
+    post_events(obj, [(name, type_, reason, message)])
