@@ -6,12 +6,13 @@ kubelet are crashed too and trial pods evicted.
 
     python bench/chaos.py [-n 100] [--kill-every 5 15] [--seed S] [--new-identity]
                           [--arms operator apiserver etcd kubelet eviction]
-                          [--restart-every 40 80]
+                          [--restart-every 40 80] [--exec-probe]
 
 Uses the cluster of KUBECONFIG when SHIPYARD_USE_EXISTING_CLUSTER=1, else the local cluster.
 One namespace (`$SHIPYARD_TEST_NS_PREFIX-chaos-…`, else `bench-chaos-…`) holds the Task, the
 Trials and the operator's Lease. The operator (this checkout, leader-elected as in production)
-serves only that namespace. The arms (`--arms`, default `operator`):
+serves only that namespace; its trial pods get the probe container (the local cluster's
+busybox) unless `--exec-probe`. The arms (`--arms`, default `operator`):
 
 - operator: every `--kill-every` seconds (uniformly random between the two bounds) its process
   group is SIGKILLed and a new one started at once. With a fixed identity (the default) the new
@@ -77,6 +78,7 @@ from concurrent_trials import (  # noqa: E402
     namespace_name,
     wait_ready,
 )
+from shipyard.plan.settings import LOCAL_PROBE_IMAGE  # noqa: E402
 
 LOCALCLUSTER = ROOT / "hack" / "localcluster" / "localcluster.py"
 LOCAL_KUBECONFIG = Path(os.environ.get("SHIPYARD_LOCALCLUSTER_DIR",
@@ -112,10 +114,12 @@ class Operator:
     """The operator process: started, SIGKILLed (its whole group), started again; started
     again too when it exits by itself, as its pod's restart policy would."""
 
-    def __init__(self, namespace: str, kubeconfig: str, log: Path, new_identity: bool) -> None:
+    def __init__(self, namespace: str, kubeconfig: str, log: Path, new_identity: bool,
+                 probe_image: str) -> None:
         self.namespace, self.log, self.new_identity = namespace, log, new_identity
         self.env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1", **QUEUE_ENV,
-                        SHIPYARD_LEADER_LEASE_NAMESPACE=namespace)
+                        SHIPYARD_LEADER_LEASE_NAMESPACE=namespace,
+                        SHIPYARD_PROBE_IMAGE=probe_image)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.exits: Counter[int] = Counter()  # exit status → times it exited by itself
@@ -291,6 +295,9 @@ def main() -> int:
     parser.add_argument("--new-identity", action="store_true",
                         help="each restart is a new pod: it waits for the Lease to expire")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--exec-probe", action="store_true",
+                        help="trial pods with the exec readiness probe, not the probe container "
+                             "(an exec every 2 s per pod: 100 of them saturate a 2-core node)")
     args = parser.parse_args()
     kubeconfig = ensure_cluster()
     cluster_arms = [a for a in args.arms if a in COMPONENTS]
@@ -311,7 +318,8 @@ def main() -> int:
     namespace = namespace_name("chaos")
     make_namespace(core, namespace)
     log = Path(tempfile.mkdtemp(prefix="bench-chaos-")) / "operator.log"
-    operator = Operator(namespace, kubeconfig, log, args.new_identity)
+    operator = Operator(namespace, kubeconfig, log, args.new_identity,
+                        "none" if args.exec_probe else LOCAL_PROBE_IMAGE)
     chaos = Chaos(operator, args.arms, tuple(args.kill_every), tuple(args.restart_every), rng,
                   core, namespace)
     finished: dict[str, tuple[float, bool]] = {}
