@@ -387,6 +387,8 @@ def test_a_sweep_of_two_agents_by_three_attempts_sums_tokens_and_cost_per_eval_k
     wide = cluster.kubectl_run("-n", ns, "get", "sweep", "agents", "-o", "wide").stdout
     assert "COST" in wide and str(status["costUsd"]) in wide, wide
     cc_cost = f"${cc['costUsd']:.4g}"
+    listed = ok(shipyard_cli(cluster, "get", "sweeps", "-n", ns))
+    assert "COST" in listed and f"${status['costUsd']:.4g}" in listed, listed
     watched = ok(shipyard_cli(cluster, "sweep", "watch", "agents", "--timeout", "30", "-n", ns))
     assert f"{keys['claude-code']} 3/3 mean 1" in watched and spent(cc, cc_cost) in watched
     assert f"{keys['codex']} 3/3 mean 0" in watched

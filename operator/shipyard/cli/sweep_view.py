@@ -16,7 +16,7 @@ from shipyard.api.conventions import MANAGED_BY
 from shipyard.api.models import API_VERSION
 from shipyard.cli.formatting import age, condition, number, parse_time
 
-SWEEP_COLUMNS = ["NAME", "PROGRESS", "RUNNING", "ERRORS", "MEAN", "STATE", "AGE"]
+SWEEP_COLUMNS = ["NAME", "PROGRESS", "RUNNING", "ERRORS", "MEAN", "COST", "STATE", "AGE"]
 
 
 def sweep_body(tasks: Sequence[str], agents: Sequence[Mapping[str, Any]], *, name: str | None,
@@ -59,7 +59,7 @@ def sweep_row(sweep: Mapping[str, Any], now: datetime, namespace: bool = False) 
     counts = status.get("counts") or {}
     row = [sweep["metadata"]["name"], status.get("progress") or "-",
            str(counts.get("running", 0)), str(counts.get("errored", 0)),
-           number(status.get("mean")), state(sweep),
+           number(status.get("mean")), dollars(status.get("costUsd")), state(sweep),
            age(sweep["metadata"].get("creationTimestamp"), now)]
     return ([sweep["metadata"].get("namespace", "")] if namespace else []) + row
 
@@ -96,14 +96,19 @@ def _passes(stats: Mapping[str, Any]) -> str:
     return " ".join(f"@{k} {v:.2f}" for k, v in (stats.get("passAtK") or {}).items()) or "-"
 
 
+def dollars(usd: float | None) -> str:
+    """A summed cost, `$0.0123`; `-` when no Trial reported one."""
+    return "-" if usd is None else f"${usd:.4g}"
+
+
 def usage(inputs: int | None, cache: int | None, outputs: int | None, cost: float | None
           ) -> str:
     """Summed agent tokens and cost, `tokens in 1200 cache 300 out 80, cost $0.0123`; "" when
     no Trial reported any (oracle, nop, command agents)."""
     if inputs is None and cache is None and outputs is None and cost is None:
         return ""
-    return (f"tokens in {number(inputs)} cache {number(cache)} out {number(outputs)}, cost "
-            + ("-" if cost is None else f"${cost:.4g}"))
+    return (f"tokens in {number(inputs)} cache {number(cache)} out {number(outputs)}, "
+            f"cost {dollars(cost)}")
 
 
 def eval_usage(stats: Mapping[str, Any]) -> str:
@@ -132,7 +137,6 @@ def sweep_view(sweep: Mapping[str, Any], now: datetime) -> Group:
         table.add_column(column)
     for stats in evals:
         planned = max(1, stats.get("planned", 0))
-        cost = stats.get("costUsd")
         table.add_row(stats["key"], ProgressBar(total=planned, completed=stats.get("finished", 0),
                                                 width=30),
                       f"{stats.get('finished', 0)}/{stats.get('planned', 0)}",
@@ -140,7 +144,7 @@ def sweep_view(sweep: Mapping[str, Any], now: datetime) -> Group:
                       *((f"{number(stats.get('nInputTokens'))}/"
                          f"{number(stats.get('nCacheTokens'))}/"
                          f"{number(stats.get('nOutputTokens'))}",
-                         "-" if cost is None else f"${cost:.4g}") if with_usage else ()))
+                         dollars(stats.get("costUsd"))) if with_usage else ()))
     notes = [Text(f"{c['type']}: {c.get('message', '')}", style="red")
              for c in status.get("conditions") or []
              if (c.get("status") == "False" and c.get("type") == "TasksReady")

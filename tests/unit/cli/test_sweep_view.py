@@ -45,7 +45,9 @@ def test_sweep_body_is_a_valid_sweep() -> None:
 def test_view_row_line_and_eta() -> None:
     s = sweep()
     assert eta(s, NOW) == "ETA 15m00s"  # 40 in 10 minutes, 60 to go
-    assert sweep_row(s, NOW) == ["s1", "40/100", "10", "2", "0.5", "Running", "10m"]
+    assert sweep_row(s, NOW) == ["s1", "40/100", "10", "2", "0.5", "-", "Running", "10m"]
+    s["status"]["costUsd"] = 0.01234
+    assert sweep_row(s, NOW)[5] == "$0.01234"
     line = progress_line(s, NOW)
     assert "40/100 done" in line and "oracle__ds 20/50 mean 1" in line and "@2 1.00" in line
     console = Console(width=140, record=True)
