@@ -83,6 +83,7 @@ class TrialDriver:
         self.pending_logs: dict[str, str] = {}
         self.pending_events: list[tuple[str, str, str, str]] = []  # name, type, reason, message
         self.unsaved_since: float | None = None  # since when a pod start holds back a write
+        self.flushed_at = time.monotonic()  # the last write (or the driver's start)
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -150,6 +151,7 @@ class TrialDriver:
             await self.call(self.write, events, patch)  # one thread for both
             self.pending_events, self.saved = [], status
         self.unsaved_since = None
+        self.flushed_at = time.monotonic()
 
     def write(self, events: list[tuple[str, str, str, str]], patch: dict | None) -> None:
         """(In a thread) the Events, then the status patch."""
@@ -475,7 +477,7 @@ class TrialDriver:
         assert pod_name is not None
         phases = tuple(machine.chained_phases(plan, phase_id)) if command == "launch" else (
             phase_id,)
-        attempt = 0
+        attempt = unavailable = 0
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
                 command == "launch") else None
@@ -485,9 +487,11 @@ class TrialDriver:
                         plan.secret_names, decided.indexes, self.namespace), now()))
                 return None
             if decided is None:
+                if time.monotonic() - self.flushed_at > machine.UNSAVED_WORK_SEC:
+                    await self.flush()  # a restart redoes at most this exec, not all before
                 reply = await self.exec_once(command, plan, phases, pod_name)
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
-                                                 phases)
+                                                 phases, unavailable)
             match decided:
                 case exec_policy.Answered(results=results):
                     return results
@@ -499,6 +503,9 @@ class TrialDriver:
                     await asyncio.sleep(decided.delay)
             if isinstance(decided, exec_policy.ExecsExhausted):
                 break
+            if isinstance(decided, exec_policy.RetryExec) and not decided.counts:
+                unavailable += 1
+                continue
             attempt += 1
         pod = observe_pod(await self.call(objects.get_pod, self.namespace, pod_name))
         failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now())

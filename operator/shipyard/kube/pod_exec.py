@@ -6,6 +6,7 @@ import logging
 import shlex
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -27,6 +28,20 @@ class ExecResult:
 
 class PodGone(Exception):
     """The pod no longer exists (or its container is gone): the exec could not run."""
+
+
+class ExecUnavailable(ConnectionError):
+    """The exec's status is not an exit code: the apiserver could not reach the kubelet (e.g.
+    it was restarting), so whether the command ran is unknown; the caller tries again."""
+
+
+def _exit_code(ws: Any) -> int | None:
+    """The command's exit code from the exec's status channel (the client's `returncode`
+    assumes a status naming one, and raises on any other, e.g. an unreachable kubelet's)."""
+    try:
+        return ws.returncode
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise ExecUnavailable(f"the exec ended without an exit code: {e}"[:500]) from None
 
 
 def exec_in_pod(
@@ -78,7 +93,7 @@ def exec_in_pod(
         err += ws.read_stderr() or b""
         if ws.is_open():
             raise TimeoutError(f"exec {argv[:3]} in {namespace}/{pod} took over {timeout}s")
-        code = ws.returncode
+        code = _exit_code(ws)
     finally:
         ws.close()
     if code is None:

@@ -9,7 +9,7 @@ from typing import Literal
 
 from shipyard.api.conventions import RUNNER_PATH, SECRETS_CONTAINER
 from shipyard.kube.errors import ApiException
-from shipyard.kube.pod_exec import ExecResult, PodGone, exec_in_pod
+from shipyard.kube.pod_exec import ExecResult, ExecUnavailable, PodGone, exec_in_pod
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,26 @@ def reply_of(result: ExecResult, what: str = "runner") -> Reply:
     return Reply("ok", result.stdout, exit_code=0)
 
 
+def _unreachable(e: ApiException) -> bool:
+    """The exec did not get to the pod: no connection (the client's status 0), a gateway
+    error, or the apiserver could not dial the kubelet."""
+    body = str(e.body or "") + str(e.reason or "")
+    return e.status in (0, 502, 503, 504) or (
+        e.status == 500 and ("dialing backend" in body or "error sending request" in body))
+
+
 def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
           what: str = "runner", container: str = "main") -> Reply:
     try:
         result = exec_in_pod(namespace, pod, argv, stdin, container)
     except PodGone as e:
         return Reply("gone", error=str(e))
-    except (ApiException, TimeoutError, OSError) as e:
+    except ExecUnavailable as e:
+        return Reply("unavailable", error=str(e))
+    except ApiException as e:
+        return Reply("unavailable" if _unreachable(e) else "failed",
+                     error=f"{type(e).__name__}: {e}")
+    except (TimeoutError, OSError) as e:
         return Reply("failed", error=f"{type(e).__name__}: {e}")
     return reply_of(result, what)
 

@@ -15,6 +15,11 @@ from shipyard.reconcile.runner_output import (
 )
 
 EXEC_ATTEMPTS = 3
+UNAVAILABLE_ATTEMPTS = 12
+UNAVAILABLE_DELAY_SEC = 5.0
+"""An exec that could not reach the pod's kubelet (restarting, or the apiserver itself) says
+nothing about the pod: it is tried again every 5 s for about a minute before it counts as one
+failed attempt (a kubelet restart takes seconds; a node that stays away is the pod's loss)."""
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,12 @@ class Reobserve:
 
 @dataclass(frozen=True)
 class RetryExec:
-    """Try again after `delay` seconds."""
+    """Try again after `delay` seconds; `counts`: as a failed attempt (not when the kubelet
+    was out of reach)."""
 
     delay: float
     error: str
+    counts: bool = True
 
 
 @dataclass(frozen=True)
@@ -65,12 +72,15 @@ def backoff(attempt: int) -> float:
 
 
 def after_exec(state: str, stdout: str, error: str, attempt: int,
-               phases: tuple[str, ...]) -> ExecDecision:
-    """`state` is the exec's outcome (``ok``, ``gone`` or ``failed``, with `error`) for the
-    `phases` it launched or read (more than one: a `runner chain`); an answer the runner
-    protocol cannot read counts as a failed attempt."""
+               phases: tuple[str, ...], unavailable: int = 0) -> ExecDecision:
+    """`state` is the exec's outcome (``ok``, ``gone``, ``unavailable`` or ``failed``, with
+    `error`) for the `phases` it launched or read (more than one: a `runner chain`); an answer
+    the runner protocol cannot read counts as a failed attempt. `unavailable`: how many
+    answers so far could not reach the kubelet."""
     if state == "gone":
         return Reobserve()
+    if state == "unavailable" and unavailable + 1 < UNAVAILABLE_ATTEMPTS:
+        return RetryExec(UNAVAILABLE_DELAY_SEC, error, counts=False)
     if state == "ok":
         try:
             if len(phases) > 1:

@@ -46,6 +46,10 @@ class RunnerProtocolError(Exception):
     """The runner's answer could not be read (the pod is not what we expect)."""
 
 
+END_MARK = "%%end"
+"""The last line of a result whose head says `end=1` (runner.sh `result`)."""
+
+
 def parse_status_line(line: str) -> dict[str, str]:
     fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
     if "state" not in fields:
@@ -58,6 +62,13 @@ def parse_runner_output(text: str) -> PhaseStatus:
     if not lines:
         raise RunnerProtocolError("the runner printed nothing")
     head = parse_status_line(lines[0])
+    if head.get("end") == "1":
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        if lines[-1].strip() != END_MARK:
+            raise RunnerProtocolError("the runner's result was cut short (no end mark): its "
+                                      "output was lost on the way")
+        lines = lines[:-1]
     files: dict[str, CollectedFile] = {}
     name: str | None = None
     size = 0

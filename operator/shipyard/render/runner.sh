@@ -239,7 +239,7 @@ result() {
   id=$1 limit=${2:-262144}
   line=$(status "$id")
   case $line in
-    state=done*) echo "$line result=1" ;;
+    state=done*) echo "$line result=1 end=1" ;;
     *) echo "$line"; return 0 ;;
   esac
   emit "output" "$STATE/$id/output" "$limit"
@@ -248,6 +248,9 @@ result() {
       [ -n "$path" ] && emit "$path" "$path" "$limit"
     done <"$PHASES/$id/collect"
   fi
+  # The operator takes a result only with this last line: an exec cut short on its way (a
+  # kubelet restarting mid-stream) must not pass for a phase that wrote nothing.
+  echo "%%end"
 }
 
 emit() {

@@ -19,3 +19,52 @@ def test_a_non_zero_exit_is_a_failure_with_the_end_of_stderr() -> None:
     assert len(reply.error) < 600
     assert reply_of(ExecResult(1, b"", b"no such file"), "cat").error == (
         "cat exited 1: no such file")
+
+
+class _EndedExec:
+    """An ended exec whose status channel said `status`, read by the client's own code."""
+
+    from kubernetes.stream.ws_client import WSClient
+    returncode = WSClient.returncode
+
+    def __init__(self, status: str) -> None:
+        self._returncode, self.status = None, status
+
+    def is_open(self) -> bool:
+        return False
+
+    def read_channel(self, channel: int) -> str:
+        return self.status
+
+
+def test_an_exec_status_without_an_exit_code_is_unavailable_not_a_crash() -> None:
+    """A kubelet restarting mid-exec: the apiserver's status names no exit code (the client
+    raised ValueError out of the trial's driver)."""
+    import pytest
+
+    from shipyard.kube.pod_exec import ExecUnavailable, _exit_code
+
+    assert _exit_code(_EndedExec('{"status": "Success"}')) == 0
+    failed = ('{"status": "Failure", "reason": "NonZeroExitCode", "details": {"causes": '
+              '[{"reason": "ExitCode", "message": "3"}]}}')
+    assert _exit_code(_EndedExec(failed)) == 3
+    unreachable = ('{"status": "Failure", "message": "error sending request", "details": '
+                   '{"causes": [{"message": "error sending request: Post https://localhost:10250'
+                   '/exec/ns/pod/main: dial tcp: connection refused"}]}}')
+    for status in (unreachable, '{"status": "Failure"}', "error sending request"):
+        with pytest.raises(ExecUnavailable, match="without an exit code"):
+            _exit_code(_EndedExec(status))
+    assert issubclass(ExecUnavailable, OSError)  # runner._exec: a failed reply, tried again
+
+
+def test_an_exec_that_never_reached_the_pod_is_unavailable() -> None:
+    from shipyard.kube.errors import ApiException
+    from shipyard.kube.runner import _unreachable
+
+    assert _unreachable(ApiException(status=0, reason="Connection refused"))
+    assert _unreachable(ApiException(status=503, reason="Service Unavailable"))
+    dial = ApiException(status=500, reason="Internal Server Error")
+    dial.body = '{"message": "error dialing backend: dial tcp 127.0.0.1:10250: connect: refused"}'
+    assert _unreachable(dial)
+    assert not _unreachable(ApiException(status=500, reason="container not found"))
+    assert not _unreachable(ApiException(status=403, reason="Forbidden"))

@@ -66,3 +66,18 @@ def test_put_secrets_failures_retry_like_any_exec() -> None:
     assert isinstance(garbled, p.RetryExec) and "put-secrets answered" in garbled.error
     last = p.after_put_secrets("failed", "", "exited 1", p.EXEC_ATTEMPTS - 1)
     assert isinstance(last, p.ExecsExhausted)
+
+
+def test_an_unreachable_kubelet_is_waited_for_a_minute_before_an_attempt_counts() -> None:
+    """A kubelet restarting answers no exec for seconds: that is no failed attempt of the
+    pod's (the trial would fail PodLost after 9 s); a kubelet gone for a minute is."""
+    error = "the exec ended without an exit code"
+    waits = [p.after_exec("unavailable", "", error, 0, ("a",), n)
+             for n in range(p.UNAVAILABLE_ATTEMPTS)]
+    assert waits[:-1] == [p.RetryExec(p.UNAVAILABLE_DELAY_SEC, error, counts=False)] * (
+        p.UNAVAILABLE_ATTEMPTS - 1)
+    assert waits[-1] == p.RetryExec(1.0, error)  # counted: the pod's attempts from here
+    last = p.after_exec("unavailable", "", error, p.EXEC_ATTEMPTS - 1, ("a",),
+                        p.UNAVAILABLE_ATTEMPTS)
+    assert isinstance(last, p.ExecsExhausted)
+    assert p.UNAVAILABLE_DELAY_SEC * p.UNAVAILABLE_ATTEMPTS >= 60

@@ -105,3 +105,13 @@ def test_oom_killed_count_is_read() -> None:
 
     assert parse("state=done rc=137 timed_out=0 oom_killed=2 started=a finished=b").oom_killed == 2
     assert parse("state=done rc=0 timed_out=0 started=a finished=b").oom_killed == 0
+
+
+def test_a_result_from_an_older_runner_needs_no_end_mark() -> None:
+    """Pods started before the mark existed keep their runner: their results still read."""
+    status = parse_runner_output(runner_text(DONE + " result=1", {"/r.txt": b"1"}))
+    assert status.files["/r.txt"].content == b"1" and status.collected
+    with pytest.raises(RunnerProtocolError, match="cut short"):
+        parse_runner_output(runner_text(DONE + " result=1 end=1", {"/r.txt": b"1"}))
+    marked = runner_text(DONE + " result=1 end=1", {"/r.txt": b"1"}) + "%%end\n"
+    assert parse_runner_output(marked).files["/r.txt"].content == b"1"

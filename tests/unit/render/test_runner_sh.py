@@ -22,6 +22,7 @@ import pytest
 from shipyard.plan.phases import PhaseSpec
 from shipyard.reconcile.runner_output import (
     PhaseStatus,
+    RunnerProtocolError,
     parse_chain_output,
     parse_runner_output,
 )
@@ -191,6 +192,22 @@ def test_result_returns_collected_files_and_skips_missing_ones(runner: Runner) -
     assert result.files[str(text)].content == b"logged\n"
     assert result.files[str(out)].size == 4
     assert "/nonexistent" not in result.files
+
+
+def test_a_result_cut_short_on_its_way_is_not_taken(runner: Runner) -> None:
+    """A kubelet restarted mid-stream cut an exec's stdout: the trial was scored from a reward
+    file that seemed empty, or missing. The runner ends a result with a mark; without it the
+    answer is a protocol error (the operator asks again), never a phase that wrote nothing."""
+    reward = runner.root / "reward.json"
+    runner.run_phase(phase(f"printf '{{\"reward\": 1}}' > '{reward}'\n",
+                           collect=(str(reward),)))
+    whole = runner.run("result", "p1").stdout.decode()
+    assert whole.splitlines()[0].endswith(" end=1") and whole.splitlines()[-1] == "%%end"
+    assert parse_runner_output(whole).files[str(reward)].content == b'{"reward": 1}'
+    header = whole.index(f"== {reward} ")
+    for cut in (header, whole.index("\n", header) + 1, len(whole) - len("%%end\n")):
+        with pytest.raises(RunnerProtocolError, match="cut short"):
+            parse_runner_output(whole[:cut])
 
 
 def test_result_limit_keeps_the_tail_of_a_large_file(runner: Runner) -> None:
