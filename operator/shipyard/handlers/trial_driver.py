@@ -83,7 +83,7 @@ class TrialDriver:
         self.pending_logs: dict[str, str] = {}
         self.pending_events: list[tuple[str, str, str, str]] = []  # name, type, reason, message
         self.unsaved_since: float | None = None  # since when a pod start holds back a write
-        self.flushed_at = time.monotonic()  # the last write (or the driver's start)
+        self.unsaved_exec_sec = 0.0  # time spent in execs since the last write
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -151,7 +151,7 @@ class TrialDriver:
             await self.call(self.write, events, patch)  # one thread for both
             self.pending_events, self.saved = [], status
         self.unsaved_since = None
-        self.flushed_at = time.monotonic()
+        self.unsaved_exec_sec = 0.0
 
     def write(self, events: list[tuple[str, str, str, str]], patch: dict | None) -> None:
         """(In a thread) the Events, then the status patch."""
@@ -487,9 +487,11 @@ class TrialDriver:
                         plan.secret_names, decided.indexes, self.namespace), now()))
                 return None
             if decided is None:
-                if time.monotonic() - self.flushed_at > machine.UNSAVED_WORK_SEC:
+                if self.unsaved_exec_sec > machine.UNSAVED_WORK_SEC:
                     await self.flush()  # a restart redoes at most this exec, not all before
+                started = time.monotonic()
                 reply = await self.exec_once(command, plan, phases, pod_name)
+                self.unsaved_exec_sec += time.monotonic() - started
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
             match decided:

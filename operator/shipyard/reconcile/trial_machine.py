@@ -742,11 +742,11 @@ def task_missing(status: TrialStatus, message: str, created_at: datetime | None,
     return WaitForTask(new, outcome, min(TASK_POLL_SEC, (deadline - now).total_seconds()))
 
 
-UNSAVED_WORK_SEC = 10.0
-"""A driver that has worked this long since its last write (or its start) writes what it has
-before its next exec: coalesced writes must not leave more than this to redo after a restart,
-or an operator restarted more often than a trial's execs take (a loaded node, kills every
-10-25 s) would redo the same steps forever without recording one."""
+UNSAVED_WORK_SEC = 5.0
+"""A driver whose execs since its last write took this long writes what it has before its
+next exec: coalesced writes must not leave more than this to redo after a restart, or an
+operator restarted more often than a trial's execs take (a loaded node, kills every 10-25 s)
+would redo the same steps forever without recording one. Quick execs cost no extra write."""
 
 START_WRITE_DELAY_SEC = 10.0
 """While a trial's environment pod starts, the status (Running, the pod's name) is written only
