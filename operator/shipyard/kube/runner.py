@@ -14,9 +14,10 @@ from shipyard.kube.pod_exec import ExecResult, ExecUnavailable, PodGone, exec_in
 
 @dataclass(frozen=True)
 class Reply:
-    state: Literal["ok", "gone", "failed"]
+    state: Literal["ok", "gone", "unavailable", "failed"]
     """ok: the command ran and exited 0; gone: the pod (or its container) no longer exists;
-    failed: the exec could not run, or the command exited non-zero."""
+    unavailable: the exec did not reach the pod's kubelet (whether it ran is unknown); failed:
+    the exec could not run, or the command exited non-zero."""
     stdout: bytes = b""
     error: str = ""
     exit_code: int | None = None  # None when the exec itself could not run
