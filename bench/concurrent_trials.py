@@ -191,7 +191,7 @@ def node_cpu() -> dict[str, float] | None:
         busy = sum(int(v) for i, v in enumerate(fields) if i not in (3, 4)) / ticks
     except (OSError, ValueError):
         return None
-    out = {"node": busy}
+    out = {"node": busy, **{f"proc {k}": v for k, v in cpu_by_process().items()}}
     with contextlib.suppress(OSError, ValueError):  # cgroup v1, else v2
         v1 = Path("/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage")
         if v1.exists():
@@ -201,6 +201,33 @@ def node_cpu() -> dict[str, float] | None:
                 if line.startswith("usage_usec "):
                     out["pods"] = int(line.split()[1]) / 1e6
     return out
+
+
+PROCESS_GROUPS = {"kube-apiserver": "apiserver", "etcd": "etcd", "kubelet": "kubelet",
+                  "containerd-shim": "shims+runc", "containerd": "containerd",
+                  "runc": "shims+runc", "kube-router": "kube-router", "python3": "python",
+                  "python": "python", "kube-controller": "controller-manager",
+                  "kube-scheduler": "scheduler"}
+
+
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds so far by process group (`PROCESS_GROUPS`, by the start of the command
+    name), each with its reaped children's (runc is reaped by its shim, so it counts there)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        group = next((g for prefix, g in PROCESS_GROUPS.items() if comm.startswith(prefix)),
+                     "other")
+        out[group] += sum(int(v) for v in fields[11:15]) / ticks
+    return dict(out)
 
 
 def cpu_delta(before: dict[str, float] | None, after: dict[str, float] | None
@@ -451,8 +478,8 @@ def run_shipyard(args, kubeconfig: str, core, custom, exec_probe: bool = False) 
         arm.note += (f" {len(refused)} trials refused as TrialInvalid for a field this checkout"
                      " does not know: another checkout applied its CRDs meanwhile (shared"
                      " cluster); run again.")
-    pool = re.search(r"thread pool: .*", log.read_text(errors="replace"))
-    arm.note = (arm.note + (f" {pool.group(0)};" if pool else "") + f" operator log {log}").strip()
+    pools = re.findall(r"\w+ thread pool: .*", log.read_text(errors="replace"))
+    arm.note = (arm.note + "".join(f" {p};" for p in pools) + f" operator log {log}").strip()
     return arm
 
 
@@ -615,6 +642,10 @@ def table(arms: list[Arm]) -> str:
         lines.append(f"{a.name}: requests per trial by verb and resource")
         for key, value in sorted(a.requests.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {key:<40} {value / a.n:7.2f}  ({value})")
+        if a.cpu:
+            lines.append("    node CPU s/trial by process: " + ", ".join(
+                f"{k[5:]} {v / a.n:.2f}" for k, v in sorted(a.cpu.items(), key=lambda kv: -kv[1])
+                if k.startswith("proc ") and v >= 0.01 * a.n))
         if a.events:
             lines.append("    Events by reason: " + ", ".join(
                 f"{r} {c / a.n:.2f}" for r, c in sorted(a.events.items(), key=lambda kv: -kv[1])))

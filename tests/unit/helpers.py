@@ -84,8 +84,9 @@ def trial_body(name: str = "hello-oracle", task_name: str = "hello", **spec: Any
 def pod(*, ready: bool = False, phase: str = "Running", created: datetime = T0,
         deleting: bool = False, conditions: list[dict[str, Any]] | None = None,
         container_state: dict[str, Any] | None = None,
-        status: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A pod object as the API returns it (only the fields the operator reads)."""
+        status: dict[str, Any] | None = None, probed: bool = False) -> dict[str, Any]:
+    """A pod object as the API returns it (only the fields the operator reads). `probed`: with
+    an older operator's exec readiness probe (Ready while no phase runs)."""
     meta: dict[str, Any] = {"name": "hello-oracle-env", "namespace": "ns",
                             "creationTimestamp": iso(created)}
     if deleting:
@@ -100,7 +101,12 @@ def pod(*, ready: bool = False, phase: str = "Running", created: datetime = T0,
                                       "state": container_state}]
     if status is not None:
         body = status
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": body}
+    main: dict[str, Any] = {"name": "main"}
+    if probed:
+        main["readinessProbe"] = {"exec": {"command": ["/bin/sh", "/shipyard/bin/runner",
+                                                       "ready"]}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [main]},
+            "status": body}
 
 
 def waiting(reason: str, message: str | None = None) -> dict[str, Any]:

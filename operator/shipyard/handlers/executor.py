@@ -15,11 +15,17 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+WAIT_THREADS = 2048
+"""The pool of `result` execs that wait for a phase's end (pods without a readiness probe, see
+`trial_machine.RESULT_WAIT_SEC`): one thread per waiting trial, apart from the pool of short
+calls, so that a thousand trials waiting never hold up one that creates a pod. Threads start
+only when needed; an idle waiting thread costs little memory (bench/concurrent_trials.py)."""
+
 
 class MeasuredExecutor(ThreadPoolExecutor):
-    def __init__(self, max_workers: int) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix="kube")
-        self.size = max_workers
+    def __init__(self, max_workers: int, prefix: str = "kube") -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=prefix)
+        self.size, self.prefix = max_workers, prefix
         self._lock = threading.Lock()
         self.busy = self.peak_busy = self.calls = 0
         self.waits: list[float] = []  # seconds each call waited for a thread (last 100,000)
@@ -47,11 +53,14 @@ class MeasuredExecutor(ThreadPoolExecutor):
         with self._lock:
             waits = sorted(self.waits)
         if not waits:
-            return f"thread pool: {self.size} threads, no calls"
+            return f"{self.prefix} thread pool: {self.size} threads, no calls"
 
         def pct(p: float) -> float:
             return waits[min(len(waits) - 1, round(p / 100 * (len(waits) - 1)))] * 1000
 
-        return (f"thread pool: {self.size} threads, {self.calls} calls, peak {self.peak_busy} "
-                f"busy; waited for a thread p50 {pct(50):.1f} ms, p95 {pct(95):.1f} ms, "
-                f"max {waits[-1] * 1000:.1f} ms")
+        return (f"{self.prefix} thread pool: {self.size} threads, {self.calls} calls, peak "
+                f"{self.peak_busy} busy; waited for a thread p50 {pct(50):.1f} ms, "
+                f"p95 {pct(95):.1f} ms, max {waits[-1] * 1000:.1f} ms")
+
+
+waits = MeasuredExecutor(WAIT_THREADS, "wait")

@@ -15,6 +15,7 @@ goes through `call`, so its cost is visible in one place.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import replace
@@ -36,6 +37,7 @@ from shipyard.api.conventions import (
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers import image_builds
+from shipyard.handlers.executor import waits
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
 from shipyard.kube import events as kube_events
@@ -302,14 +304,20 @@ class TrialDriver:
                     if not launched[-1][1].done:
                         await self.sleep(plan, pods)
                         pods = await self.observe()
-                case machine.ReadResult(phase=phase):
-                    read = await self.exec_runner("result", plan, phase, retries)
+                case machine.ReadResult(phase=phase, wait_sec=wait):
+                    if wait:
+                        await self.flush()  # the driver waits: what it knows is on record
+                    started = time.monotonic()
+                    read = await self.exec_runner("result", plan, phase, retries, wait)
                     if read is None:
                         pods = await self.observe(force=True)
                         continue
                     result = read[0][1]
                     if not result.done:
-                        await self.sleep(plan, pods)
+                        # Waited for (a phase longer than the wait: ask again), else until the
+                        # readiness probe or a deadline says more.
+                        if time.monotonic() - started < wait / 2 or not wait:
+                            await self.sleep(plan, pods)
                         pods = await self.observe()
                         continue
                     status, out = machine.on_result(self.status, plan, phase, result, now())
@@ -466,12 +474,12 @@ class TrialDriver:
                 self.logger.warning(f"no artifacts from {self.status.pod_name}: {reply.error}")
         return build_phase_bundle(phase_id, phase)
 
-    async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int
-                          ) -> tuple[tuple[str, PhaseStatus], ...] | None:
-        """`launch` or `result` for the phase in its pod, as `exec_policy` says: retried with
-        a backoff; None when the pod must be looked at again. A launch may start the phases
-        after it too (`trial_machine.chained_phases`): the answer is each launched phase's
-        status (its result when it ended meanwhile)."""
+    async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int,
+                          wait: int = 0) -> tuple[tuple[str, PhaseStatus], ...] | None:
+        """`launch` or `result` (with `wait`: a waiting one) for the phase in its pod, as
+        `exec_policy` says: retried with a backoff; None when the pod must be looked at again.
+        A launch may start the phases after it too (`trial_machine.chained_phases`): the
+        answer is each launched phase's status (its result when it ended meanwhile)."""
         role = plan.phase(phase_id).pod
         pod_name = machine.pod_name(self.status, role)
         assert pod_name is not None
@@ -490,8 +498,9 @@ class TrialDriver:
                 if self.unsaved_exec_sec > machine.UNSAVED_WORK_SEC:
                     await self.flush()  # a restart redoes at most this exec, not all before
                 started = time.monotonic()
-                reply = await self.exec_once(command, plan, phases, pod_name)
-                self.unsaved_exec_sec += time.monotonic() - started
+                reply = await self.exec_once(command, plan, phases, pod_name, wait)
+                if not wait:  # time spent waiting is no work a restart would redo
+                    self.unsaved_exec_sec += time.monotonic() - started
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
             match decided:
@@ -516,8 +525,11 @@ class TrialDriver:
         return None
 
     async def exec_once(self, command: str, plan: TrialPlan, phases: tuple[str, ...],
-                        pod_name: str) -> kube_runner.Reply:
+                        pod_name: str, wait: int = 0) -> kube_runner.Reply:
         limit = plan.log_limit_bytes
+        if command != "launch" and wait:
+            return await self.waiting(pod_name, kube_runner.result, self.namespace, pod_name,
+                                      phases[0], limit, wait)
         if command != "launch":
             return await self.call(kube_runner.result, self.namespace, pod_name, phases[0],
                                    limit)
@@ -532,6 +544,24 @@ class TrialDriver:
                                    bundles[0][1], limit)
         return await self.call(kube_runner.chain, self.namespace, pod_name, list(phases),
                                build_chain_bundle(bundles), limit)
+
+    async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:
+        """A waiting exec, in the pool of waits (`executor.waits`), dropped when the trial is
+        cancelled or its pod is going (a pod or Trial change wakes the driver): the answer is
+        then `gone`, and the driver looks again. A dropped exec ends in its pod by itself."""
+        future = asyncio.get_running_loop().run_in_executor(waits, functools.partial(fn, *args))
+        while True:
+            woken = asyncio.ensure_future(self.waker.wait(None))
+            done, _ = await asyncio.wait({future, woken}, return_when=asyncio.FIRST_COMPLETED)
+            if future in done:
+                woken.cancel()
+                return future.result()
+            pod = self.waker.pods.get(pod_name, {})
+            seen = observe_pod(pod) if pod is not None else None
+            if self.cancelling() or seen is None or seen.lost or seen.deleting:
+                future.add_done_callback(lambda f: f.exception())  # nobody reads it
+                return kube_runner.Reply("gone", error="the wait was dropped: the trial "
+                                         "was cancelled or its pod is going")
 
     async def secrets_delivered(self, plan: TrialPlan, phase_id: str, pod_name: str,
                                 attempt: int) -> exec_policy.SecretsDecision:

@@ -9,7 +9,13 @@ from typing import Literal
 
 from shipyard.api.conventions import RUNNER_PATH, SECRETS_CONTAINER
 from shipyard.kube.errors import ApiException
-from shipyard.kube.pod_exec import ExecResult, ExecUnavailable, PodGone, exec_in_pod
+from shipyard.kube.pod_exec import (
+    EXEC_TIMEOUT_SEC,
+    ExecResult,
+    ExecUnavailable,
+    PodGone,
+    exec_in_pod,
+)
 
 
 @dataclass(frozen=True)
@@ -44,9 +50,10 @@ def _unreachable(e: ApiException) -> bool:
 
 
 def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
-          what: str = "runner", container: str = "main") -> Reply:
+          what: str = "runner", container: str = "main",
+          timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
     try:
-        result = exec_in_pod(namespace, pod, argv, stdin, container)
+        result = exec_in_pod(namespace, pod, argv, stdin, container, timeout)
     except PodGone as e:
         return Reply("gone", error=str(e))
     except ExecUnavailable as e:
@@ -59,8 +66,9 @@ def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
     return reply_of(result, what)
 
 
-def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = None) -> Reply:
-    return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, *args], stdin)
+def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = None,
+            timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
+    return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, *args], stdin, timeout=timeout)
 
 
 def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int) -> Reply:
@@ -78,9 +86,11 @@ def chain(namespace: str, pod: str, phase_ids: list[str], bundle: bytes,
                    bundle)
 
 
-def result(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:
-    """The phase's status, with its collected files once it is done."""
-    return _runner(namespace, pod, ["result", phase_id, str(log_limit)])
+def result(namespace: str, pod: str, phase_id: str, log_limit: int, wait_sec: int = 0) -> Reply:
+    """The phase's status, with its collected files once it is done; with `wait_sec`, once it
+    is done or that long has passed (pods without a readiness probe)."""
+    args = ["result", phase_id, str(log_limit)] + ([str(wait_sec)] if wait_sec else [])
+    return _runner(namespace, pod, args, timeout=EXEC_TIMEOUT_SEC + wait_sec)
 
 
 def stop(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:

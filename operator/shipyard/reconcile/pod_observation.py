@@ -30,7 +30,11 @@ CONTAINER_CONFIG_REASONS = {
 class PodObservation:
     exists: bool
     ready: bool = False
-    """Running with no phase running: a result may be read (not waited for to launch)."""
+    """Running with no phase running: a result may be read (not waited for to launch). A pod
+    without a readiness probe is ready once running (`probed`)."""
+    probed: bool = True
+    """A readiness probe tells whether a phase runs (the `probe` container's, or an older
+    operator's exec probe); without, a result is asked for with a wait."""
     running: bool = False
     deleting: bool = False
     created_at: datetime | None = None
@@ -55,6 +59,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     phase = status.get("phase")
     ready = _idle(pod, conditions, phase)
+    probed = any(c.get("readinessProbe") for c in (pod.get("spec") or {}).get("containers") or [])
     lost = None
     if meta.get("deletionTimestamp"):
         lost = "the environment pod is being deleted"
@@ -89,6 +94,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
     return PodObservation(
         exists=True,
         ready=ready,
+        probed=probed,
         running=phase == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=parse_time(meta.get("creationTimestamp")),
@@ -113,8 +119,8 @@ def _terminated(status: dict[str, Any]) -> str | None:
 
 def _idle(pod: dict[str, Any], conditions: dict[str, Any], phase: str | None) -> bool:
     """No phase runs in a running pod. With a `probe` container (`render.pod.probe_container`)
-    that container is Ready while a phase runs; without (an exec probe), the pod is Ready while
-    none does."""
+    that container is Ready while a phase runs; without, the pod is Ready while none does (an
+    older operator's exec probe) or, with no probe at all, once its containers run."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if not any(c.get("name") == PROBE_CONTAINER for c in containers):
         return conditions.get("Ready", {}).get("status") == "True"

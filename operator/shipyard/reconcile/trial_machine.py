@@ -60,6 +60,10 @@ from shipyard.taskformat import (
 UNSCHEDULABLE_GRACE = timedelta(seconds=30)  # the default; plans carry their own
 TIMEOUT_MARGIN = timedelta(seconds=30)
 SAFETY_LOOK = timedelta(minutes=10)
+RESULT_WAIT_SEC = 60
+"""How long one `result` exec waits for a phase's end in a pod without a readiness probe: a
+phase costs one exec per this long (the driver drops a wait when the trial is cancelled or its
+pod goes)."""
 DONE_STATES = ("Succeeded", "Failed", "Skipped")
 MAX_BACKOFF_SEC = 60
 
@@ -95,6 +99,9 @@ class Launch:
 @dataclass(frozen=True)
 class ReadResult:
     phase: str
+    wait_sec: int = 0
+    """Ask with this wait (a pod without a readiness probe): the answer comes when the phase
+    ends, or says it still runs after that long."""
 
 
 @dataclass(frozen=True)
@@ -685,7 +692,7 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         return _network_switch(plan, spec, pod, now) or Launch(spec.id), None, None
     if not pod.ready:
         return Wait(wake_deadline(status, plan, pods, now)), None, None
-    return ReadResult(spec.id), None, None
+    return ReadResult(spec.id, 0 if pod.probed else RESULT_WAIT_SEC), None, None
 
 
 def _network_switch(plan: TrialPlan, spec: PhaseSpec, pod: PodObservation, now: datetime
@@ -762,22 +769,25 @@ def starting_pod(status: TrialStatus) -> bool:
 
 
 def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
-    """The phases one exec launches: `phase_id`, and when it is the environment pod's own
-    preparation (Shipyard's `environment` phase, no task code) the phase after it, started
-    by the runner as soon as it ends with exit code 0 (`runner chain`). Not under a restricted
-    network (each phase then needs its own policy label first), nor into a phase that needs
-    Secrets."""
-    spec = plan.phase(phase_id)
-    if spec.name != "environment" or (plan.network is not None and plan.network.restricted):
+    """The phases one exec launches: `phase_id`, then each phase after it that the runner
+    starts as soon as the one before ends within its launch with exit code 0 (`runner
+    chain`): e.g. environment, agent and verifier of a quick trial in one exec. A chain goes
+    on only within a pod and within a step (from the environment phase into the first step;
+    a step's end is decided by the operator: its reward may end the trial), never under a
+    restricted network (each phase then needs its own policy label first), and never into a
+    phase that needs Secrets (they are put in place just before its own launch; each launch
+    clears the other phases' drops, so the phase after one that had them never finds them)."""
+    if plan.network is not None and plan.network.restricted:
         return [phase_id]
     ids = [p.id for p in plan.phases]
     at = ids.index(phase_id)
-    after = plan.phases[at + 1] if at + 1 < len(ids) else None
-    # A phase that needs Secrets gets them just before its own launch (each launch clears
-    # the other phases' secret drops).
-    if after is not None and after.pod == spec.pod and not after.secrets:
-        return [phase_id, ids[at + 1]]
-    return [phase_id]
+    chain = [phase_id]
+    for before, after in zip(plan.phases[at:], plan.phases[at + 1:], strict=False):
+        if (after.pod != before.pod or after.secrets
+                or (before.step != after.step and before.name != "environment")):
+            break
+        chain.append(after.id)
+    return chain
 
 
 def _last_step(plan: TrialPlan, step: str | None) -> bool:

@@ -17,7 +17,6 @@ from shipyard.api.conventions import (
     PROBE_PORT,
     PROBE_SUBDIR,
     RUNNER_MOUNT,
-    RUNNER_PATH,
     SECRETS_CONTAINER,
     Component,
     Role,
@@ -42,9 +41,6 @@ SECRETS_CAPABILITIES = ("AUDIT_WRITE",)
 """The `secrets` container's capabilities: one the main container lacks, so that the kernel
 refuses main's processes /proc/PID/root, environ and ptrace access to it (a process may only
 inspect another whose permitted capabilities are a subset of its own, without SYS_PTRACE)."""
-READINESS_PERIOD_SEC = 2
-"""The exec probe's period (pods without a probe image): each probe is an exec in the container,
-which costs the node a runtime exec, so not too often."""
 PROBE_PERIOD_SEC = 1
 """The HTTP probe's period: a GET the kubelet makes itself, cheap enough to make often (a
 phase's end is seen within this)."""
@@ -153,16 +149,17 @@ def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
 
 PROBE_CONTAINER_AFTER_SEC = 120.0
 """A trial gets the probe container when one of its task phases (agent, verifier, setup…) may
-run longer than this; below, the exec probe costs less (bench/concurrent_trials.py, 10 trivial
-trials: 2.8 exec-probe failures and 2.7 node CPU s per trial, against 8.6 HTTP-probe failures
-and 3.4 s with the probe container: its start and stop outweigh a few execs, and a
-seconds-long trial spends much of its life between phases, when an HTTP probe fails)."""
+run longer than this. Below, its pods have no readiness probe at all: a phase that outlasts its
+launch is waited for by a `result` exec that returns when it ends (`runner.sh`), one exec per
+`trial_machine.RESULT_WAIT_SEC`, where the probe container costs a container start and stop per
+pod and an exec probe (what pods had before) a runtime exec every period for the pod's whole
+life (bench/concurrent_trials.py, 30 trivial trials: 1.0 node CPU s per trial in the pods)."""
 
 
 def probe_image_for(plan: TrialPlan, image: str | None) -> str | None:
-    """The probe container's image for this trial (the operator's `probe_image`), or None: an
-    exec probe, for trials whose every task phase ends within PROBE_CONTAINER_AFTER_SEC (the
-    environment phase, Shipyard's own, is quick whatever it declares)."""
+    """The probe container's image for this trial (the operator's `probe_image`), or None: no
+    readiness probe, for trials whose every task phase ends within PROBE_CONTAINER_AFTER_SEC
+    (the environment phase, Shipyard's own, is quick whatever it declares)."""
     if image is None:
         return None
     task_phases = [p for p in plan.phases if p.name not in ("environment", "verifier-environment")]
@@ -210,7 +207,7 @@ def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: st
     separate verifier pod, under its network policy baseline, with its scheduling
     (accelerators and the Trial's and operator's pod settings). With `probe_image` (the
     operator's `probe_image`) the `probe` container's readiness (an HTTP probe) says a phase
-    runs; without, the pod is Ready while none runs (an exec of `runner ready`)."""
+    runs; without, the pod has no readiness probe (a phase's end is waited for by an exec)."""
     if role == Role.ENV:
         pod_plan = plan.environment
         pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image)
@@ -228,8 +225,8 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
               secret_names: tuple[str, ...] = (), probe_image: str | None = None
               ) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
-    a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted, a readiness probe that tells
-    whether a phase runs (`build_trial_pod`). Secrets are mounted only into the
+    a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted (`build_trial_pod` for the
+    readiness probe). Secrets are mounted only into the
     environment pod's `secrets` container (see `secrets_container`), never into the main
     container. The pod shares one PID namespace so that the pause container, as PID 1, reaps
     the processes the phases leave behind and `sleep` gets SIGTERM's default action on
@@ -256,14 +253,6 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         "resources": resources_for(plan),
         "volumeMounts": mounts,
     }
-    if probe_image is None:
-        container["readinessProbe"] = {
-            "exec": {"command": ["/bin/sh", RUNNER_PATH, "ready"]},
-            "periodSeconds": READINESS_PERIOD_SEC,
-            "timeoutSeconds": 5,
-            "successThreshold": 1,
-            "failureThreshold": 1,
-        }
     if plan.workdir:
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}

@@ -1,16 +1,19 @@
 #!/bin/sh
 # Shipyard's in-pod phase runner (POSIX sh; works with busybox and dash).
 #
-# The operator never holds a connection for the length of a phase. It uploads a phase and starts
-# it with one short exec (`launch`); this runner supervises it detached, enforces its timeout by
-# killing the whole process group, and records the exit code and times in files. The pod is not
-# Ready while a phase runs, so the kubelet does the polling and the operator's pod watch wakes it
-# when the phase ends; it then reads the result (`result`). In a pod with a `probe` container
-# (busybox httpd serving /shipyard/probe) the kubelet's probe is an HTTP GET of /busy, which the
-# runner writes when it launches a phase and removes when the phase is done: that container is
-# Ready while a phase runs, no probe costs an exec, and probes fail (each failure is a kubelet
-# Event) only in the short gaps between phases. Pods with an exec probe run `ready` (the main
-# container Ready while no phase runs).
+# The operator never holds a connection for long. It uploads a phase and starts it with one
+# short exec (`launch`); this runner supervises it detached, enforces its timeout by killing the
+# whole process group, and records the exit code and times in files. A phase that ends within
+# the launch's grace comes back with the launch. A longer one is waited for in one of two ways.
+# In a pod with a `probe` container (busybox httpd serving /shipyard/probe; trials with long
+# phases) the kubelet's probe is an HTTP GET of /busy, which the runner writes when it launches
+# a phase and removes when the phase is done: the operator's pod watch sees that container's
+# readiness change and reads the result (`result`); probes fail (each failure is a kubelet
+# Event) only in the short gaps between phases. In a pod without one (no readiness probe at
+# all: trials whose phases are short) the operator asks for the result with a wait (`result ID
+# LIMIT WAIT`), which returns once the phase is done or WAIT seconds have passed: one exec per
+# wait instead of an exec probe every period. `ready` serves pods of older operators, whose
+# exec probe runs it (the main container Ready while no phase runs).
 #
 # Phase directory /shipyard/phases/ID (uploaded as a tar by `launch`):
 #   spec      shell assignments: USER_NAME, TIMEOUT (seconds, empty = none), CWD, SECRETS (0|1)
@@ -231,12 +234,16 @@ supervise() {
   finish "$id" "$rc" "$timed_out"
 }
 
-# result ID LIMIT: the status line, then each collected file as `== PATH SIZE` + base64 body.
+# result ID LIMIT [WAIT]: the status line, then each collected file as `== PATH SIZE` + base64
+# body; with WAIT, once the phase is done or WAIT seconds have passed (a launched phase only).
 # Values of secrets mounted in the pod are redacted from everything returned, whichever phase
 # wrote it (an agent may leave a key in a file that a later phase prints).
 # A finished phase's status line ends with `result=1`: its files follow.
 result() {
   id=$1 limit=${2:-262144}
+  if [ "${3:-0}" -gt 0 ] 2>/dev/null && [ -d "$STATE/$id" ]; then
+    wait_result "$STATE/$id" "$3"
+  fi
   line=$(status "$id")
   case $line in
     state=done*) echo "$line result=1 end=1" ;;
@@ -303,6 +310,18 @@ wait_done() {
   waited=0
   while [ ! -f "$1/done" ] && [ "$waited" -lt "$(($2 * 10))" ]; do
     sleep 0.1 2>/dev/null || sleep 1
+    waited=$((waited + 1))
+  done
+}
+
+# wait_result STATE_DIR SECONDS: as wait_done, a second at a time (a waiting exec costs the pod
+# one short `sleep` a second), and not past a supervisor found gone (looked for every 10 s;
+# `status` then records it).
+wait_result() {
+  waited=0
+  while [ ! -f "$1/done" ] && [ "$waited" -lt "$2" ]; do
+    if [ $((waited % 10)) = 9 ] && supervisor_lost "$1"; then return 0; fi
+    sleep 1
     waited=$((waited + 1))
   done
 }

@@ -21,4 +21,4 @@ def test_calls_beyond_the_pool_wait_and_the_wait_is_measured() -> None:
     assert all(f.result(5) for f in futures)
     pool.shutdown()
     assert (pool.calls, pool.peak_busy, pool.busy) == (3, 2, 0)
-    assert "thread pool: 2 threads, 3 calls, peak 2 busy" in pool.summary()
+    assert "kube thread pool: 2 threads, 3 calls, peak 2 busy" in pool.summary()

@@ -22,8 +22,14 @@ def test_running_ready_pod() -> None:
 
 
 def test_running_pod_whose_phase_is_busy_is_not_ready() -> None:
-    seen = observe_pod(pod(ready=False))
-    assert (seen.running, seen.ready, seen.lost) == (True, False, None)
+    seen = observe_pod(pod(ready=False, probed=True))
+    assert (seen.running, seen.ready, seen.lost, seen.probed) == (True, False, None, True)
+
+
+def test_a_pod_without_a_readiness_probe_is_not_probed() -> None:
+    """Its readiness says only that it runs: a phase's result is waited for by an exec."""
+    seen = observe_pod(pod(ready=True))
+    assert (seen.ready, seen.probed) == (True, False)
 
 
 def test_just_created_pod_without_status() -> None:

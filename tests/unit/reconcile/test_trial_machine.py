@@ -190,11 +190,27 @@ def test_a_running_container_is_enough_to_launch_but_not_to_read_a_result() -> N
     assert isinstance(action, m.Wait)
 
 
-def test_only_the_environment_phase_is_chained_with_the_next_one() -> None:
+def test_a_quick_trial_s_phases_are_chained_into_one_exec() -> None:
     plan = plan_for()
-    assert m.chained_phases(plan, "environment") == ["environment", "agent"]
-    assert m.chained_phases(plan, "agent") == ["agent"]
+    assert m.chained_phases(plan, "environment") == ["environment", "agent", "verifier"]
+    assert m.chained_phases(plan, "agent") == ["agent", "verifier"]
     assert m.chained_phases(plan, "verifier") == ["verifier"]
+
+
+def test_a_chain_ends_at_another_pod() -> None:
+    toml = HELLO_TOML.replace("[verifier]", '[verifier]\nenvironment_mode = "separate"')
+    plan = plan_for(task(toml))
+    assert m.chained_phases(plan, "environment") == ["environment", "agent", "collect"]
+    assert m.chained_phases(plan, "verifier-environment") == ["verifier-environment",
+                                                              "verifier"]
+
+
+def test_a_chain_never_runs_into_a_phase_that_needs_secrets() -> None:
+    plan = plan_for(agent={"name": "oracle", "envFrom": [{"secretRef": {"name": "keys"}}]})
+    assert plan.phase("agent").secrets
+    assert m.chained_phases(plan, "environment") == ["environment"]
+    # Out of one it may: the verifier's launch clears the agent's drop before it starts.
+    assert m.chained_phases(plan, "agent") == ["agent", "verifier"]
 
 
 def test_environment_start_timeout() -> None:
@@ -300,9 +316,19 @@ def test_wait_for_the_readiness_flip_while_a_phase_runs() -> None:
     assert (action, decided) == (m.Wait(at(3 + 120) + m.TIMEOUT_MARGIN), None)
 
 
-def test_read_the_result_once_the_pod_is_ready_again() -> None:
+def test_a_running_phase_s_result_is_waited_for_in_a_pod_without_a_readiness_probe() -> None:
     plan = plan_for()
     action, _, _ = m.next_action(mid_agent(plan), plan, pods(READY), at(10))
+    assert action == m.ReadResult("agent", m.RESULT_WAIT_SEC)
+
+
+def test_an_older_operator_s_probed_pod_is_read_once_ready_again_without_a_wait() -> None:
+    plan = plan_for()
+    busy = observe_pod(pod(ready=False, probed=True))
+    action, _, _ = m.next_action(mid_agent(plan), plan, pods(busy), at(10))
+    assert isinstance(action, m.Wait)
+    idle = observe_pod(pod(ready=True, probed=True))
+    action, _, _ = m.next_action(mid_agent(plan), plan, pods(idle), at(10))
     assert action == m.ReadResult("agent")
 
 

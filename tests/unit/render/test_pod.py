@@ -156,13 +156,11 @@ def test_the_probe_container_is_for_trials_whose_task_phases_may_run_long() -> N
     assert probe_image_for(long, None) is None  # the operator's `none`
 
 
-def test_without_a_probe_image_readiness_is_an_exec_of_runner_ready() -> None:
+def test_without_a_probe_image_there_is_no_readiness_probe() -> None:
+    """No exec every period for the pod's life: a phase's end is waited for by an exec."""
     pod = build_environment_pod(trial_body(), plan_for(), probe_image=None)
     assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
-    probe = container(pod)["readinessProbe"]
-    assert probe["exec"]["command"] == ["/bin/sh", RUNNER_PATH, "ready"]
-    assert probe["failureThreshold"] == probe["successThreshold"] == 1
-    assert probe["periodSeconds"] <= 5
+    assert "readinessProbe" not in container(pod)
 
 
 def test_runner_configmap_is_mounted_read_only_next_to_a_scratch_dir() -> None:

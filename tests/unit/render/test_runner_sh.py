@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -262,6 +263,52 @@ def test_relaunch_while_running_neither_restarts_nor_blocks(runner: Runner) -> N
     go.touch()
     assert runner.wait("p1").exit_code == 0
     assert count.read_text() == "run\n"
+
+
+def test_a_waited_result_returns_once_the_phase_is_done_with_its_files(runner: Runner) -> None:
+    """Pods without a readiness probe: the operator asks for the result with a wait, and gets
+    it as soon as the phase ends (within the runner's one-second look), not after the wait."""
+    wait_for_go, go = gate(runner)
+    out = runner.root / "out.txt"
+    runner.launch("p1", phase(wait_for_go + f"echo made > {out}\n", collect=(str(out),)),
+                  grace=0)
+    threading.Timer(1.0, go.touch).start()
+    began = time.monotonic()
+    result = runner.result("p1", "262144", "30")
+    assert result.done and result.exit_code == 0
+    assert result.files[str(out)].content == b"made\n"
+    assert 0.9 < time.monotonic() - began < 4
+
+
+def test_a_waited_result_of_a_phase_still_running_says_running_after_the_wait(
+        runner: Runner) -> None:
+    wait_for_go, go = gate(runner)
+    runner.launch("p1", phase(wait_for_go), grace=0)
+    began = time.monotonic()
+    assert runner.result("p1", "262144", "2").state == "running"
+    assert 1.9 < time.monotonic() - began < 4
+    go.touch()
+    assert runner.wait("p1").exit_code == 0
+
+
+def test_a_waited_result_of_a_phase_never_launched_does_not_wait(runner: Runner) -> None:
+    began = time.monotonic()
+    assert runner.result("p9", "262144", "30").state == "none"
+    assert time.monotonic() - began < 2
+
+
+def test_a_waited_result_stops_waiting_for_a_phase_whose_supervisor_is_gone(
+        runner: Runner) -> None:
+    """A supervisor killed (e.g. by a stray `kill -9 -1`) never records its phase: the wait
+    looks for it every 10 s and the result records the phase failed, not a full wait."""
+    wait_for_go, _go = gate(runner)
+    runner.launch("p1", phase(wait_for_go), grace=0)
+    supervisor = int((runner.root / "state" / "p1" / "supervisor").read_text())
+    os.kill(supervisor, signal.SIGKILL)
+    began = time.monotonic()
+    result = runner.result("p1", "262144", "60")
+    assert result.done and result.exit_code == 125
+    assert time.monotonic() - began < 15
 
 
 def test_ready_is_false_while_a_phase_runs_and_true_once_it_ends(runner: Runner) -> None:
