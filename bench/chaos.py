@@ -295,9 +295,9 @@ def main() -> int:
     parser.add_argument("--new-identity", action="store_true",
                         help="each restart is a new pod: it waits for the Lease to expire")
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--exec-probe", action="store_true",
-                        help="trial pods with the exec readiness probe, not the probe container "
-                             "(an exec every 2 s per pod: 100 of them saturate a 2-core node)")
+    parser.add_argument("--no-probe-container", action="store_true",
+                        help="no probe container (SHIPYARD_PROBE_IMAGE=none): a phase that "
+                             "outlasts its launch is waited for by a `result` exec")
     args = parser.parse_args()
     kubeconfig = ensure_cluster()
     cluster_arms = [a for a in args.arms if a in COMPONENTS]
@@ -319,7 +319,7 @@ def main() -> int:
     make_namespace(core, namespace)
     log = Path(tempfile.mkdtemp(prefix="bench-chaos-")) / "operator.log"
     operator = Operator(namespace, kubeconfig, log, args.new_identity,
-                        "none" if args.exec_probe else LOCAL_PROBE_IMAGE)
+                        "none" if args.no_probe_container else LOCAL_PROBE_IMAGE)
     chaos = Chaos(operator, args.arms, tuple(args.kill_every), tuple(args.restart_every), rng,
                   core, namespace)
     finished: dict[str, tuple[float, bool]] = {}

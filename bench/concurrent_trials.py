@@ -20,9 +20,10 @@ client of the cluster) is printed beside them; leader election's Lease renewals 
 second, printed apart. Also: execs, Events written (and the kubelet's probe-failure Events about
 trial pods), Trial status writes, wall time (first create to last result), latency p50/p95,
 node CPU seconds (the local cluster's machine: all of it, and the pods' cgroup), peak RSS, and
-where each trial that did not finish stood. `--arms shipyard-exec` runs the operator with exec
-readiness probes only (SHIPYARD_PROBE_IMAGE=none), to compare with the probe container, which
-`--agent-sleep` tasks get (their timeouts are long).
+where each trial that did not finish stood. `--arms shipyard-noprobe` runs the operator without
+the probe container (SHIPYARD_PROBE_IMAGE=none: a phase that outlasts its launch is waited for
+by a `result` exec), to compare with the probe container, which `--agent-sleep` tasks get (their
+timeouts are long); the trivial task's pods have no probe either way.
 """
 
 from __future__ import annotations
@@ -152,6 +153,18 @@ def percentile(values: list[float], p: float) -> float:
 def namespace_name(kind: str) -> str:
     prefix = os.environ.get("SHIPYARD_TEST_NS_PREFIX") or "bench"
     return f"{prefix}-{kind}-{uuid.uuid4().hex[:6]}"
+
+
+def settle(core: client.CoreV1Api, timeout: float = 180) -> None:
+    """Until the namespaces of the arms before are gone (their pods torn down): each arm starts
+    on a node that is not still tearing down the last one's pods."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = [ns.metadata.name for ns in core.list_namespace().items]
+        prefix = (os.environ.get("SHIPYARD_TEST_NS_PREFIX") or "bench") + "-"
+        if not any(n.startswith(prefix) for n in names):
+            return
+        time.sleep(2)
 
 
 def make_namespace(core: client.CoreV1Api, name: str) -> None:
@@ -389,10 +402,10 @@ def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, P
 # ---------------------------------------------------------------- the arms
 
 
-def run_shipyard(args, kubeconfig: str, core, custom, exec_probe: bool = False) -> Arm:
-    """The operator of this checkout; `exec_probe`: its trial pods with the exec readiness
-    probe (SHIPYARD_PROBE_IMAGE=none) instead of the probe container's HTTP probe."""
-    arm = Arm("shipyard-exec" if exec_probe else "shipyard", args.n)
+def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) -> Arm:
+    """The operator of this checkout; `no_probe`: without the probe container
+    (SHIPYARD_PROBE_IMAGE=none)."""
+    arm = Arm("shipyard-noprobe" if no_probe else "shipyard", args.n)
     namespace = namespace_name("sy")
     make_namespace(core, namespace)
     work = Path(tempfile.mkdtemp(prefix="bench-shipyard-"))
@@ -401,7 +414,7 @@ def run_shipyard(args, kubeconfig: str, core, custom, exec_probe: bool = False) 
     # Leader election as deployed, with a Lease of its own: another operator on the cluster
     # holding the default Lease would keep this one a standby.
     env["SHIPYARD_LEADER_LEASE_NAME"] = f"shipyard-bench-{namespace}"
-    env["SHIPYARD_PROBE_IMAGE"] = "none" if exec_probe else LOCAL_PROBE_IMAGE
+    env["SHIPYARD_PROBE_IMAGE"] = "none" if no_probe else LOCAL_PROBE_IMAGE
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
            "operator", "--liveness", "", "-n", namespace, *(["-v"] if args.verbose else [])]
     if args.profile:
@@ -682,7 +695,7 @@ def main() -> int:
     parser.add_argument("--image", default="localhost/shipyard/debian:bookworm",
                         help="the task's image (Harbor's exec needs bash: debian, not busybox)")
     parser.add_argument("--arms", default="shipyard,floor,harbor",
-                        help="any of shipyard, shipyard-exec (exec readiness probes), floor, "
+                        help="any of shipyard, shipyard-noprobe (no probe container), floor, "
                         "harbor")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true",
@@ -700,11 +713,12 @@ def main() -> int:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     arms: list[Arm] = []
     for name in [a.strip() for a in args.arms.split(",") if a.strip()]:
+        settle(core)
         print(f"== {name}: {args.n} trials (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
         if name == "shipyard":
             arms.append(run_shipyard(args, kubeconfig, core, custom))
-        elif name == "shipyard-exec":
-            arms.append(run_shipyard(args, kubeconfig, core, custom, exec_probe=True))
+        elif name == "shipyard-noprobe":
+            arms.append(run_shipyard(args, kubeconfig, core, custom, no_probe=True))
         elif name == "floor":
             arms.append(run_floor(args, kubeconfig, core))
         elif name == "harbor":

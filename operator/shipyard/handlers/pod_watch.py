@@ -1,5 +1,5 @@
-"""The pod watch → trial wake-ups. The kubelet's readiness probe does the polling of the in-pod
-runner; each change of a trial pod lands here through kopf's single shared watch and wakes the
+"""The pod watch → trial wake-ups. Each change of a trial pod (its start, the probe container's
+readiness as phases run, its loss) lands here through kopf's single shared watch and wakes the
 trial's driver. Memory holds only the latest pod per trial, never trial state."""
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
 LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 """The local cluster's busybox, for SHIPYARD_PROBE_IMAGE there (tests, benches). Unset (or
-`none`), trial pods keep the exec readiness probe: a probe image is opted into, so that no
-cluster gets pods of an image it cannot pull."""
+`none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
+probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
 
 TASK_WAIT_SEC = 60.0
@@ -159,8 +159,8 @@ class OperatorSettings:
     threads: int = THREADS
     probe_image: str | None = None
     """The image of the trial pods' `probe` container (`render.pod.probe_container`), which
-    answers their readiness probe over HTTP; None: an exec probe (a runtime exec per pod every
-    2 s, which loads the node)."""
+    answers their readiness probe over HTTP; None: no probe, a phase's end is waited for by a
+    `result` exec (`trial_machine.RESULT_WAIT_SEC`)."""
     images: ImageSettings = field(default_factory=ImageSettings)
     images_error: str | None = None
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)

@@ -55,15 +55,23 @@ status() {
   s=$STATE/$1
   if [ ! -d "$s" ]; then echo "state=none"; return; fi
   if [ -f "$s/done" ]; then
-    echo "state=done rc=$(cat "$s/rc") timed_out=$(cat "$s/timed_out" 2>/dev/null || echo 0)" \
-      "oom_killed=$(cat "$s/oom_killed" 2>/dev/null || echo 0)" \
-      "started=$(cat "$s/started") finished=$(cat "$s/finished")"
+    echo "state=done rc=$(value "$s/rc") timed_out=$(value "$s/timed_out" 0)" \
+      "oom_killed=$(value "$s/oom_killed" 0)" \
+      "started=$(value "$s/started") finished=$(value "$s/finished")"
   elif supervisor_lost "$s"; then
     finish "$1" 125 0 "shipyard runner: the supervisor of phase $1 disappeared"
     status "$1"
   else
-    echo "state=running started=$(cat "$s/started" 2>/dev/null)"
+    echo "state=running started=$(value "$s/started")"
   fi
+}
+
+# value FILE [DEFAULT]: the file's first line (DEFAULT when it is missing or empty). A shell
+# builtin, not `cat`: the runner's calls are many, and each program run costs the pod a fork.
+value() {
+  v=""
+  { read -r v || :; } <"$1" 2>/dev/null
+  printf '%s' "${v:-${2:-}}"
 }
 
 # A zombie (not yet reaped by PID 1) is not alive.
@@ -73,9 +81,9 @@ alive() { [ -d "/proc/$1" ] && ! grep -q "^State:.*Z" "/proc/$1/status" 2>/dev/n
 # otherwise leave the phase "running" forever.
 supervisor_lost() {
   if [ -f "$1/supervisor" ]; then
-    ! alive "$(cat "$1/supervisor")" && [ ! -f "$1/done" ]
+    ! alive "$(value "$1/supervisor")" && [ ! -f "$1/done" ]
   else
-    [ $(($(date +%s) - $(cat "$1/started_epoch" 2>/dev/null || echo 0))) -gt 60 ]
+    [ $(($(date +%s) - $(value "$1/started_epoch" 0))) -gt 60 ]
   fi
 }
 
@@ -84,15 +92,17 @@ supervisor_lost() {
 # operator this one exec, its result included.
 launch() {
   id=$1 size=$2 limit=${3:-262144}
-  mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
+  if [ ! -d "$STATE" ]; then
+    mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
+  fi
   # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
   # next launch starts it), never launched from a truncated tar.
   bundle=$STATE/bundle.$$
   head -c "$size" >"$bundle"
-  got=$(wc -c <"$bundle" | tr -d ' ')
-  if [ "$got" != "$size" ]; then
+  got=$(wc -c <"$bundle")
+  if [ "$got" -ne "$size" ]; then
     rm -f "$bundle"
-    echo "shipyard runner: phase $id: received $got of $size bytes; not launched" >&2
+    echo "shipyard runner: phase $id: received $((got)) of $size bytes; not launched" >&2
     return 3
   fi
   if ! mkdir "$STATE/$id" 2>/dev/null; then
@@ -103,9 +113,12 @@ launch() {
   [ -f "$BASELINE" ] || start_ticks $$ >"$BASELINE"
   sweep
   for d in "$DROPS"/*; do [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
-  now >"$STATE/$id/started"
-  date +%s >"$STATE/$id/started_epoch"
-  rm -rf "${PHASES:?}/$id" && mkdir -p "$PHASES/$id"
+  # One `date` for both: the time as recorded and in seconds (for `supervisor_lost`).
+  set -- $(date -u "+%Y-%m-%dT%H:%M:%SZ %s")
+  echo "$1" >"$STATE/$id/started"
+  echo "$2" >"$STATE/$id/started_epoch"
+  if [ -e "$PHASES/$id" ]; then rm -rf "${PHASES:?}/$id"; fi
+  mkdir -p "$PHASES/$id"
   if ! tar -x -f "$bundle" -C "$PHASES/$id"; then
     rm -f "$bundle"
     finish "$id" 126 0 "shipyard runner: could not unpack phase $id"
@@ -132,17 +145,18 @@ chain() {
   staging=$ROOT/staging.$$
   rm -rf "$staging" && mkdir -p "$staging" && chmod 700 "$staging"
   head -c "$size" >"$staging/chain.tar"
-  got=$(wc -c <"$staging/chain.tar" | tr -d ' ')
-  if [ "$got" != "$size" ] || ! tar -x -f "$staging/chain.tar" -C "$staging"; then
+  got=$(wc -c <"$staging/chain.tar")
+  if [ "$got" -ne "$size" ] || ! tar -x -f "$staging/chain.tar" -C "$staging"; then
     rm -rf "$staging"
-    echo "shipyard runner: received $got of $size bytes of the chained phases; none launched" >&2
+    echo "shipyard runner: received $((got)) of $size bytes of the chained phases; none" \
+      "launched" >&2
     return 1
   fi
   rm -f "$staging/chain.tar"
   for id in "$@"; do
     echo "=== $id"
-    launch "$id" "$(wc -c <"$staging/$id.tar" | tr -d ' ')" "$limit" <"$staging/$id.tar"
-    if [ ! -f "$STATE/$id/done" ] || [ "$(cat "$STATE/$id/rc" 2>/dev/null)" != 0 ]; then
+    launch "$id" "$(($(wc -c <"$staging/$id.tar")))" "$limit" <"$staging/$id.tar"
+    if [ ! -f "$STATE/$id/done" ] || [ "$(value "$STATE/$id/rc")" != 0 ]; then
       break
     fi
   done
@@ -157,15 +171,16 @@ finish() {
   echo "$timed_out" >"$s/timed_out"
   now >"$s/finished"
   : >"$s/done"
-  # Only then ready (the exec probe) or not busy (the probe container): the readiness flip wakes
-  # the operator, whose `result` must find it done (else it would wait, with no further pod
-  # event, until the phase's deadline).
-  if [ "$(cat "$STATE/running" 2>/dev/null)" = "$id" ]; then rm -f "$STATE/running"; idle; fi
+  # Only then ready (an older exec probe) or not busy (the probe container): the readiness flip
+  # wakes the operator, whose `result` must find it done (else it would wait, with no further
+  # pod event, until the phase's deadline). A waiting `result` looks for `done`.
+  if [ "$(value "$STATE/running")" = "$id" ]; then rm -f "$STATE/running"; idle; fi
 }
 
 # What the probe container serves (world-readable: it runs as nobody): /busy while a phase runs.
-busy() { (umask 022 && mkdir -p "$PROBE" && : >"$PROBE/busy") 2>/dev/null || true; }
-idle() { rm -f "$PROBE/busy"; }
+# The folder is there only in a pod with a probe container (the kubelet makes its subPath).
+busy() { [ ! -d "$PROBE" ] || (umask 022 && : >"$PROBE/busy") 2>/dev/null || true; }
+idle() { [ ! -e "$PROBE/busy" ] || rm -f "$PROBE/busy"; }
 
 # The environment of the phase command: the phase env, then mounted secrets when asked for.
 write_env() {
@@ -262,13 +277,11 @@ result() {
 
 emit() {
   [ -f "$2" ] || return 0
-  size=$(wc -c <"$2" | tr -d ' ')
-  echo "== $1 $size"
-  tail -c "$3" "$2" | redact | base64
+  echo "== $1 $(($(wc -c <"$2")))"
+  if [ -d "$DROPS" ]; then tail -c "$3" "$2" | redact | base64; else tail -c "$3" "$2" | base64; fi
 }
 
 redact() {
-  if [ ! -d "$DROPS" ]; then cat; return; fi
   awk -v dir="$DROPS" '
     BEGIN {
       n = 0; list = "find " dir " -type f 2>/dev/null"
@@ -331,7 +344,11 @@ ready() { [ ! -f "$STATE/running" ]; }
 # How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
 oom_kills() {
   for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
-    if [ -r "$f" ]; then awk '$1 == "oom_kill" {print $2; found = 1} END {if (!found) print 0}' "$f"; return; fi
+    [ -r "$f" ] || continue
+    while read -r key count; do
+      if [ "$key" = oom_kill ]; then echo "$count"; return; fi
+    done <"$f"
+    break
   done
   echo 0
 }
@@ -344,8 +361,9 @@ start_ticks() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; }
 # than the first phase keeps it; an exec session (parent outside the namespace, PPid 0) keeps
 # it; reaching PID 1 (pause, the parent of every orphan) ends it.
 sweep_targets() {
-  base=$(cat "$BASELINE" 2>/dev/null || echo 0)
-  for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done | awk -v self=$$ -v base="$base" '
+  base=$(value "$BASELINE" 0)
+  # One `cat` for all (each file is one line); a process gone meanwhile is only missing.
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v self=$$ -v base="$base" '
     NF {
       p = 0; for (i = length($0); i > 0; i--) if (substr($0, i, 1) == ")") { p = i; break }
       pid = $1 + 0; n = split(substr($0, p + 2), f, " ")
@@ -373,7 +391,7 @@ sweep_targets() {
 sweep() {
   # Only in a trial pod, whose PID 1 is the sandbox's pause (shareProcessNamespace): run
   # anywhere else, e.g. on a host, it would end every process started since the first phase.
-  [ "$(cat /proc/1/comm 2>/dev/null)" = pause ] || return 0
+  [ "$(value /proc/1/comm)" = pause ] || return 0
   rounds=0
   while [ "$rounds" -lt 50 ]; do
     targets=$(sweep_targets)

@@ -340,8 +340,16 @@ def test_a_phase_is_done_before_the_pod_turns_ready_and_never_unreadies_the_next
 def test_the_probe_s_busy_file_is_there_only_while_a_launched_phase_runs(
         runner: Runner) -> None:
     """What the `probe` container serves the kubelet's HTTP probe: /busy, world-readable (it
-    runs as nobody), there from a phase's launch until it is recorded done."""
+    runs as nobody), there from a phase's launch until it is recorded done. Its folder is the
+    probe container's subPath, made by the kubelet; without it (no probe container) there is
+    nothing to write."""
     busy = runner.root / "probe" / "busy"
+    wait_for_go, go = gate(runner, "first")
+    runner.launch("p0", phase(wait_for_go), grace=0)
+    assert not busy.parent.exists()
+    go.touch()
+    runner.wait("p0")
+    busy.parent.mkdir(mode=0o755)
     assert not busy.exists()
     wait_for_go, go = gate(runner)
     runner.launch("p1", phase(wait_for_go), grace=0)
