@@ -47,6 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ class Arm:
     apiserver: int | None = None  # apiserver_request_total delta, every client
     cpu: dict[str, float] | None = None  # CPU seconds on the node while the arm ran (local)
     unfinished: list[str] = field(default_factory=list)  # where each unfinished trial stood
+    stages: dict[str, list[float]] = field(default_factory=dict)  # see `stages`
     note: str = ""
     skipped: str = ""
 
@@ -402,6 +404,34 @@ def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, P
 # ---------------------------------------------------------------- the arms
 
 
+def pod_times(pod: Any, seen: dict[str, dict[str, float]]) -> None:
+    """When each pod was first seen, first running (every container), first deleting."""
+    at = time.monotonic()
+    times = seen.setdefault(pod.metadata.name, {"created": at})
+    statuses = (pod.status and pod.status.container_statuses) or []
+    if statuses and all(cs.state and cs.state.running for cs in statuses):
+        times.setdefault("running", at)
+    if pod.metadata.deletion_timestamp:
+        times.setdefault("deleting", at)
+    return None
+
+
+def stages(created: dict[str, float], pods: dict[str, dict[str, float]],
+           done: dict[str, tuple[float, bool]]) -> dict[str, list[float]]:
+    """Where a trial's time goes, from the watches: Trial created → its pod created → the pod
+    running → the pod deleted (the execs and the writes before it) → the Trial finished."""
+    out: dict[str, list[float]] = {"Trial -> pod created": [], "pod created -> running": [],
+                                   "running -> pod deleted": [], "pod deleted -> finished": []}
+    for trial, began in created.items():
+        pod = next((t for name, t in pods.items() if name.startswith(f"{trial}-")), None)
+        if pod is None or trial not in done or "running" not in pod or "deleting" not in pod:
+            continue
+        marks = [began, pod["created"], pod["running"], pod["deleting"], done[trial][0]]
+        for key, (a, b) in zip(out, pairwise(marks), strict=True):
+            out[key].append(b - a)
+    return out
+
+
 def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) -> Arm:
     """The operator of this checkout; `no_probe`: without the probe container
     (SHIPYARD_PROBE_IMAGE=none)."""
@@ -450,6 +480,9 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
         finished = follow_until(custom.list_namespaced_custom_object,
                                 (GROUP, VERSION, namespace, "trials"), args.n, args.timeout,
                                 done_of, done)
+        pods: dict[str, dict[str, float]] = {}
+        follow_until(core.list_namespaced_pod, (namespace,), 1 << 30, args.timeout,
+                     lambda pod: pod_times(pod, pods), {})
         # CRDs are cluster-wide: on a shared cluster another checkout may have applied its own
         # since (a field it defaults would make this operator refuse the Trials).
         apply_crds(kubeconfig)
@@ -486,6 +519,7 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
     for key in [k for k in total if k.startswith("watch ")]:
         arm.requests[key] = total[key]  # shared watches: the whole run's
     arm.latencies = [done[n][0] - created[n] for n in done if n in created]
+    arm.stages = stages(created, pods, done)
     arm.ok = sum(1 for _, ok in done.values() if ok)
     if refused:
         arm.note += (f" {len(refused)} trials refused as TrialInvalid for a field this checkout"
@@ -655,6 +689,10 @@ def table(arms: list[Arm]) -> str:
         lines.append(f"{a.name}: requests per trial by verb and resource")
         for key, value in sorted(a.requests.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {key:<40} {value / a.n:7.2f}  ({value})")
+        if any(a.stages.values()):
+            lines.append("    where the time goes, p50/p95 s: " + ", ".join(
+                f"{k} {statistics.median(v):.1f}/{percentile(v, 95):.1f}"
+                for k, v in a.stages.items() if v))
         if a.cpu:
             lines.append("    node CPU s/trial by process: " + ", ".join(
                 f"{k[5:]} {v / a.n:.2f}" for k, v in sorted(a.cpu.items(), key=lambda kv: -kv[1])

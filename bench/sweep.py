@@ -16,8 +16,8 @@ slots were left to create; the refill delay (the k-th Trial to finish → the (p
 Trial created: the controller's own share); and the operator's CPU time.
 
 The default parallelism, 16, is about what the 2-core development node keeps busy: its Trials
-are node-bound (pod start, execs, an exec readiness probe every 2 s per pod), so more Trials at
-once only queue there and lengthen each one (docs/sweeps.md, Cost).
+are node-bound (pod start and teardown, execs), so more Trials at once only queue there and
+lengthen each one (docs/sweeps.md, Cost).
 """
 
 from __future__ import annotations
