@@ -21,11 +21,13 @@ class TrialWaker:
     """The latest body of each trial pod a watch event told us about (None: deleted)."""
 
     async def wait(self, timeout: float | None) -> bool:
-        """Until woken or `timeout` seconds passed; True when woken."""
-        woken = False
+        """Until woken or `timeout` seconds passed; True when woken. A wake that lands while a
+        timed-out wait is being cancelled (`wait_for` yields to the loop then) still counts:
+        cleared unseen, it was lost, and a driver whose pod turned Running just as its short
+        wait ended slept until the start timeout (bench/concurrent_trials.py, 1 of 30)."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), timeout)
-            woken = True
+        woken = self.event.is_set()
         self.event.clear()
         return woken
 

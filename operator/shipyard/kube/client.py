@@ -16,9 +16,17 @@ _requests = 0
 POOL_SIZE = 64
 
 
+REQUEST_TIMEOUT = (10, 120)
+"""(connect, read) seconds for a call that names none: a connection that stalls fails the call
+(its driver starts again) instead of holding its thread, and its trial, forever. Streams
+(watches: `_preload_content=False`) keep theirs."""
+
+
 class CountingApiClient(client.ApiClient):
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
         count_request()
+        if kwargs.get("_preload_content", True) and kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = REQUEST_TIMEOUT
         return super().call_api(*args, **kwargs)
 
 
