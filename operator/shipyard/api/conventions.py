@@ -137,6 +137,16 @@ def event_name(object_name: str, uid: str, key: str) -> str:
     return f"{dns_name(object_name)}.{_digest(f'{uid}/{key}', 16)}"
 
 
+def launch_key(uid: str, attempt: int, phase_id: str) -> str:
+    """What a phase's launch tells the runner, which keeps it in the phase's state: a launch
+    that finds the state already there is a retried one only when the keys match. Else an
+    earlier phase's code made that state (e.g. an agent running as root forging a verifier's
+    `done` and reward ahead of it) and the runner launches afresh. Each phase's key is its own
+    (an agent sees its own launch's) and is derived from the Trial's uid, which nothing in the
+    pod carries, so the same after an operator restart."""
+    return _digest(f"{uid}/{attempt}/{phase_id}", 24)
+
+
 def label_value(value: str) -> str:
     """A valid label value (at most 63 characters; `/` and other characters a label value
     may not hold become `_`), shortened with a hash when needed."""

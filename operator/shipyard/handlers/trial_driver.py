@@ -32,6 +32,7 @@ from shipyard.api.conventions import (
     cancel_requested,
     event_name,
     iso,
+    launch_key,
     parse_time,
 )
 from shipyard.api.models import TrialSpec, TrialStatus
@@ -539,10 +540,12 @@ class TrialDriver:
             if isinstance(bundle, kube_runner.Reply):
                 return bundle
             bundles.append((phase_id, bundle))
+        uid, attempt = self.body["metadata"].get("uid") or "", self.status.attempt
         if len(bundles) == 1:
             return await self.call(kube_runner.launch, self.namespace, pod_name, phases[0],
-                                   bundles[0][1], limit)
-        return await self.call(kube_runner.chain, self.namespace, pod_name, list(phases),
+                                   bundles[0][1], limit, launch_key(uid, attempt, phases[0]))
+        return await self.call(kube_runner.chain, self.namespace, pod_name,
+                               [(p, launch_key(uid, attempt, p)) for p in phases],
                                build_chain_bundle(bundles), limit)
 
     async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:

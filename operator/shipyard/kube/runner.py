@@ -71,19 +71,22 @@ def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = Non
     return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, *args], stdin, timeout=timeout)
 
 
-def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int) -> Reply:
-    """Start the phase from its bundle (`shipyard.render.phase_bundle`); prints its status
-    (with its result when it ended within the launch's grace)."""
-    return _runner(namespace, pod, ["launch", phase_id, str(len(bundle)), str(log_limit)],
+def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int,
+           key: str) -> Reply:
+    """Start the phase from its bundle (`shipyard.render.phase_bundle`) under its launch key
+    (`conventions.launch_key`); prints its status (with its result when it ended within the
+    launch's grace)."""
+    return _runner(namespace, pod, ["launch", phase_id, str(len(bundle)), str(log_limit), key],
                    bundle)
 
 
-def chain(namespace: str, pod: str, phase_ids: list[str], bundle: bytes,
+def chain(namespace: str, pod: str, phases: list[tuple[str, str]], bundle: bytes,
           log_limit: int) -> Reply:
-    """Launch several phases one after the other (`build_chain_bundle`), each once the one
-    before ended with exit code 0; prints each launched phase's status after `=== ID`."""
-    return _runner(namespace, pod, ["chain", str(log_limit), str(len(bundle)), *phase_ids],
-                   bundle)
+    """Launch several phases (id, launch key) one after the other (`build_chain_bundle`), each
+    once the one before ended with exit code 0; prints each launched phase's status after
+    `=== ID`."""
+    return _runner(namespace, pod, ["chain", str(log_limit), str(len(bundle)),
+                                    *(f"{i}:{k}" for i, k in phases)], bundle)
 
 
 def result(namespace: str, pod: str, phase_id: str, log_limit: int, wait_sec: int = 0) -> Reply:

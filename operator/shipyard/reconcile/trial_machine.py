@@ -769,25 +769,25 @@ def starting_pod(status: TrialStatus) -> bool:
 
 
 def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
-    """The phases one exec launches: `phase_id`, then each phase after it that the runner
-    starts as soon as the one before ends within its launch with exit code 0 (`runner
-    chain`): e.g. environment, agent and verifier of a quick trial in one exec. A chain goes
-    on only within a pod and within a step (from the environment phase into the first step;
-    a step's end is decided by the operator: its reward may end the trial), never under a
-    restricted network (each phase then needs its own policy label first), and never into a
-    phase that needs Secrets (they are put in place just before its own launch; each launch
-    clears the other phases' drops, so the phase after one that had them never finds them)."""
-    if plan.network is not None and plan.network.restricted:
+    """The phases one exec launches: `phase_id`, and when it is the environment pod's own
+    preparation (Shipyard's `environment` phase, no task code) the phase after it, started
+    by the runner as soon as it ends with exit code 0 (`runner chain`). Never past a phase
+    that runs task code: while it runs, its processes could reach what the exec holds for
+    the next one (a staged bundle, or the waiting runner itself, as the same user), so a
+    verifier is launched by an exec of its own, after the agent's processes are swept. Not
+    under a restricted network (each phase then needs its own policy label first), nor into
+    a phase that needs Secrets."""
+    spec = plan.phase(phase_id)
+    if spec.name != "environment" or (plan.network is not None and plan.network.restricted):
         return [phase_id]
     ids = [p.id for p in plan.phases]
     at = ids.index(phase_id)
-    chain = [phase_id]
-    for before, after in zip(plan.phases[at:], plan.phases[at + 1:], strict=False):
-        if (after.pod != before.pod or after.secrets
-                or (before.step != after.step and before.name != "environment")):
-            break
-        chain.append(after.id)
-    return chain
+    after = plan.phases[at + 1] if at + 1 < len(ids) else None
+    # A phase that needs Secrets gets them just before its own launch (each launch clears
+    # the other phases' secret drops).
+    if after is not None and after.pod == spec.pod and not after.secrets:
+        return [phase_id, ids[at + 1]]
+    return [phase_id]
 
 
 def _last_step(plan: TrialPlan, step: str | None) -> bool:

@@ -87,11 +87,14 @@ supervisor_lost() {
   fi
 }
 
-# launch ID SIZE [LIMIT]: read SIZE bytes of tar from stdin into the phase dir and start it,
-# once. Prints what `result ID LIMIT` prints: a phase that ends within GRACE seconds costs the
-# operator this one exec, its result included.
+# launch ID SIZE [LIMIT [KEY]]: read SIZE bytes of tar from stdin into the phase dir and start
+# it, once. Prints what `result ID LIMIT` prints: a phase that ends within GRACE seconds costs
+# the operator this one exec, its result included. KEY (the operator's, per phase) is kept
+# with the phase's state: a launch that finds the state there but not its key did not make it
+# (an earlier phase's code did, as root it can write here: a verifier's `done` and reward
+# forged ahead of it) and starts the phase afresh.
 launch() {
-  id=$1 size=$2 limit=${3:-262144}
+  id=$1 size=$2 limit=${3:-262144} key=${4:-}
   if [ ! -d "$STATE" ]; then
     mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
   fi
@@ -105,10 +108,23 @@ launch() {
     echo "shipyard runner: phase $id: received $((got)) of $size bytes; not launched" >&2
     return 3
   fi
+  if [ -n "$key" ] && [ -d "$STATE/$id" ] && [ "$(value "$STATE/$id/key")" != "$key" ]; then
+    # Not ours (a launch of ours writes its key right after making the folder, before the
+    # phase can start): whatever made it is swept first, then the phase starts afresh.
+    sweep
+    rm -rf "${STATE:?}/$id"
+    forged=1
+  fi
   if ! mkdir "$STATE/$id" 2>/dev/null; then
     rm -f "$bundle"  # already launched: the operator retried; never run twice
     result "$id" "$limit"
     return 0
+  fi
+  [ -z "$key" ] || echo "$key" >"$STATE/$id/key"
+  if [ "${forged:-0}" = 1 ]; then
+    echo "shipyard runner: phase $id: a state made before its launch (not by it) was discarded" \
+      >>"$STATE/$id/output"
+    forged=0
   fi
   [ -f "$BASELINE" ] || start_ticks $$ >"$BASELINE"
   sweep
@@ -134,7 +150,7 @@ launch() {
   result "$id" "$limit"
 }
 
-# chain LIMIT SIZE ID...: SIZE bytes of tar on stdin hold one phase bundle per ID (ID.tar);
+# chain LIMIT SIZE ID[:KEY]...: SIZE bytes of tar on stdin hold one phase bundle per ID (ID.tar);
 # launch them one after the other, as `launch` would, while each ends within GRACE with exit
 # code 0 (the next is never unpacked before the previous one ended). For each phase launched
 # prints `=== ID` and what `launch` prints. The operator chains only its own preparation
@@ -153,9 +169,11 @@ chain() {
     return 1
   fi
   rm -f "$staging/chain.tar"
-  for id in "$@"; do
+  for phase in "$@"; do
+    id=${phase%%:*} key=""
+    [ "$id" = "$phase" ] || key=${phase#*:}
     echo "=== $id"
-    launch "$id" "$(($(wc -c <"$staging/$id.tar")))" "$limit" <"$staging/$id.tar"
+    launch "$id" "$(($(wc -c <"$staging/$id.tar")))" "$limit" "$key" <"$staging/$id.tar"
     if [ ! -f "$STATE/$id/done" ] || [ "$(value "$STATE/$id/rc")" != 0 ]; then
       break
     fi
@@ -450,6 +468,6 @@ case $cmd in
   ready) ready ;;
   sweep) sweep ;;
   put-secrets) put_secrets "$@" ;;
-  *) echo "usage: runner launch ID SIZE [LIMIT] | chain LIMIT SIZE ID... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
+  *) echo "usage: runner launch ID SIZE [LIMIT [KEY]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
      exit 2 ;;
 esac

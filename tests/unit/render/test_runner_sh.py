@@ -28,6 +28,7 @@ from shipyard.reconcile.runner_output import (
     parse_runner_output,
 )
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
+from shipyard.api.conventions import launch_key
 from shipyard.render.pod import runner_script
 
 DASH = shutil.which("dash")
@@ -62,12 +63,16 @@ class Runner:
             raise
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
-    def launch(self, phase_id: str, phase: PhaseSpec, grace: int | None = None) -> PhaseStatus:
+    def launch(self, phase_id: str, phase: PhaseSpec, grace: int | None = None,
+               key: str | None = None) -> PhaseStatus:
+        """As the operator launches: with the phase's own key (`launch_key`)."""
         bundle = build_phase_bundle(phase_id, phase)
         if phase.secrets:  # as the operator does, in the pod's `secrets` container
             put = self.run("put-secrets", phase_id)
             assert put.returncode == 0, put.stderr
-        res = self.run("launch", phase_id, str(len(bundle)), stdin=bundle, grace=grace)
+        key = key if key is not None else launch_key("trial-uid", 1, phase_id)
+        res = self.run("launch", phase_id, str(len(bundle)), "262144", key, stdin=bundle,
+                       grace=grace)
         assert res.returncode == 0, res.stderr
         return parse_runner_output(res.stdout.decode())
 
@@ -254,6 +259,27 @@ def test_launching_twice_runs_the_command_once(runner: Runner) -> None:
     assert (again.started, again.exit_code) == (first.started, first.exit_code)
 
 
+def test_a_state_forged_ahead_of_a_phase_is_discarded_and_the_phase_runs(
+        runner: Runner) -> None:
+    """An agent running as root can write the runner's folders: it makes the verifier's state
+    (done, exit code 0) and its collect list, pointing at a reward of its own. The verifier's
+    launch finds the state without its key, discards it and runs the real test."""
+    state, phases = runner.root / "state" / "p2", runner.root / "phases" / "p2"
+    fake, real = runner.root / "fake-reward", runner.root / "real-reward"
+    forge = (f"mkdir -p {state} {phases} && echo 1 > {fake} && echo 0 > {state}/rc && "
+             f"echo 2026-01-01T00:00:00Z > {state}/started && cp {state}/started "
+             f"{state}/finished && echo {fake} > {phases}/collect && : > {state}/done")
+    assert runner.launch("p1", phase(forge)).exit_code == 0
+    assert (state / "done").exists()
+    result = runner.launch("p2", phase(f"echo 0 > {real}", collect=(str(real), str(fake))))
+    assert result.done and result.exit_code == 0
+    assert result.files[str(real)].content == b"0\n"
+    assert "a state made before its launch (not by it) was discarded" in result.output
+    # A retried launch of the real one (same key) is a retry: the same result, not run again.
+    again = runner.launch("p2", phase(f"echo again >> {real}"))
+    assert again.started == result.started and real.read_text() == "0\n"
+
+
 def test_relaunch_while_running_neither_restarts_nor_blocks(runner: Runner) -> None:
     wait_for_go, go = gate(runner)
     count = runner.root / "count"
@@ -379,7 +405,8 @@ def test_a_quick_phase_s_launch_carries_its_result(runner: Runner) -> None:
 
 def chain(runner: Runner, *phases: tuple[str, PhaseSpec]) -> list[tuple[str, PhaseStatus]]:
     bundle = build_chain_bundle([(i, build_phase_bundle(i, p)) for i, p in phases])
-    res = runner.run("chain", "262144", str(len(bundle)), *[i for i, _ in phases], stdin=bundle)
+    res = runner.run("chain", "262144", str(len(bundle)),
+                     *[f"{i}:{launch_key('trial-uid', 1, i)}" for i, _ in phases], stdin=bundle)
     assert res.returncode == 0, res.stderr
     return parse_chain_output(res.stdout.decode())
 
@@ -392,6 +419,8 @@ def test_a_chain_launches_the_next_phase_once_the_first_ends_well(runner: Runner
     assert all(r.collected and r.exit_code == 0 for _, r in out)
     assert out[1][1].output == "after\n"
     assert not list(runner.root.glob("staging.*"))  # nothing left unpacked
+    # Each under its own key: launched again alone, each is a retry.
+    assert runner.launch("agent", phase("echo never")).output == "after\n"
     again = chain(runner, ("env", phase("echo never")), ("agent", phase("echo never")))
     assert [r.output for _, r in again] == ["", "after\n"]  # launched once each
 
