@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from shipyard.api.conventions import launch_key
 from shipyard.plan.phases import PhaseSpec
 from shipyard.reconcile.runner_output import (
     PhaseStatus,
@@ -28,7 +29,6 @@ from shipyard.reconcile.runner_output import (
     parse_runner_output,
 )
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
-from shipyard.api.conventions import launch_key
 from shipyard.render.pod import runner_script
 
 DASH = shutil.which("dash")
