@@ -180,3 +180,10 @@ def test_a_probe_container_that_ended_loses_the_pod() -> None:
                                         "ready": False}))
     assert seen.lost == "container probe terminated (Error, exit code 127)"
     assert not seen.ready
+
+
+def test_a_runtime_that_timed_out_creating_the_container_is_waited_for() -> None:
+    """The kubelet tries again; the start timeout bounds it (an overloaded node)."""
+    seen = observe_pod(pod(phase="Pending", container_state=waiting(
+        "CreateContainerError", "context deadline exceeded")))
+    assert (seen.config_error, seen.lost) == (None, None)
