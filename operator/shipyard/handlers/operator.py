@@ -13,7 +13,7 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
 # Importing registers the handlers with kopf.
 from shipyard.handlers import config, image_builds, pod_watch, sweeps, tasks, trials  # noqa: F401
-from shipyard.handlers.executor import MeasuredExecutor, waits
+from shipyard.handlers.executor import MeasuredExecutor, execs
 from shipyard.handlers.leader import Leadership
 from shipyard.kube.client import requests_made
 
@@ -62,7 +62,7 @@ async def report(logger: logging.Logger, **_: Any) -> None:
     logger.info(f"shipyard api requests: {requests_made()}")
     if _executor is not None:
         logger.info(_executor.summary())
-    logger.info(waits.summary())
+    logger.info(execs.summary())
 
 
 def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:

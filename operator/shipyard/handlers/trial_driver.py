@@ -38,7 +38,7 @@ from shipyard.api.conventions import (
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers import image_builds
-from shipyard.handlers.executor import waits
+from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
 from shipyard.kube import events as kube_events
@@ -99,6 +99,11 @@ class TrialDriver:
 
     async def call(self, fn, *args, **kwargs):
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def exec_call(self, fn, *args):
+        """An exec into a trial pod, in the pool of execs (`executor.execs`)."""
+        return await asyncio.get_running_loop().run_in_executor(execs,
+                                                                functools.partial(fn, *args))
 
     async def save(self, status: TrialStatus, outcome: machine.Outcome | None = None) -> None:
         """Take the new status (and its Events) now; write them with `flush`.
@@ -336,7 +341,7 @@ class TrialDriver:
         pod_name = machine.pod_name(self.status, plan.phase(phase_id).pod)
         if pod_name is None:
             return None
-        reply = await self.call(kube_runner.stop, self.namespace, pod_name, phase_id,
+        reply = await self.exec_call(kube_runner.stop, self.namespace, pod_name, phase_id,
                                 plan.log_limit_bytes)
         stopped, why = exec_policy.stopped_status(reply.state, reply.text, reply.error)
         if stopped is None:  # e.g. a pod started by an older runner, without `stop`
@@ -465,7 +470,7 @@ class TrialDriver:
         environment's artifacts, packed by the collect phase (read now, so a restarted
         operator simply reads them again). The failed read's reply when that exec failed."""
         if phase.name == "verifier-environment" and self.status.pod_name:
-            reply = await self.call(kube_runner.read_file, self.namespace,
+            reply = await self.exec_call(kube_runner.read_file, self.namespace,
                                     self.status.pod_name, ARTIFACTS_TAR)
             if reply.state == "ok":
                 phase = replace(phase, payload={**phase.payload, "artifacts.tar": reply.stdout})
@@ -532,7 +537,7 @@ class TrialDriver:
             return await self.waiting(pod_name, kube_runner.result, self.namespace, pod_name,
                                       phases[0], limit, wait)
         if command != "launch":
-            return await self.call(kube_runner.result, self.namespace, pod_name, phases[0],
+            return await self.exec_call(kube_runner.result, self.namespace, pod_name, phases[0],
                                    limit)
         bundles = []
         for phase_id in phases:
@@ -542,17 +547,17 @@ class TrialDriver:
             bundles.append((phase_id, bundle))
         uid, attempt = self.body["metadata"].get("uid") or "", self.status.attempt
         if len(bundles) == 1:
-            return await self.call(kube_runner.launch, self.namespace, pod_name, phases[0],
+            return await self.exec_call(kube_runner.launch, self.namespace, pod_name, phases[0],
                                    bundles[0][1], limit, launch_key(uid, attempt, phases[0]))
-        return await self.call(kube_runner.chain, self.namespace, pod_name,
+        return await self.exec_call(kube_runner.chain, self.namespace, pod_name,
                                [(p, launch_key(uid, attempt, p)) for p in phases],
                                build_chain_bundle(bundles), limit)
 
     async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:
-        """A waiting exec, in the pool of waits (`executor.waits`), dropped when the trial is
+        """A waiting exec, in the pool of execs (`executor.execs`), dropped when the trial is
         cancelled or its pod is going (a pod or Trial change wakes the driver): the answer is
         then `gone`, and the driver looks again. A dropped exec ends in its pod by itself."""
-        future = asyncio.get_running_loop().run_in_executor(waits, functools.partial(fn, *args))
+        future = asyncio.get_running_loop().run_in_executor(execs, functools.partial(fn, *args))
         while True:
             woken = asyncio.ensure_future(self.waker.wait(None))
             done, _ = await asyncio.wait({future, woken}, return_when=asyncio.FIRST_COMPLETED)
@@ -573,7 +578,7 @@ class TrialDriver:
         command line); None when the phase needs none or they are in place."""
         if not (plan.phase(phase_id).secrets and plan.secret_names):
             return None
-        reply = await self.call(kube_runner.put_secrets, self.namespace, pod_name, phase_id)
+        reply = await self.exec_call(kube_runner.put_secrets, self.namespace, pod_name, phase_id)
         return exec_policy.after_put_secrets(reply.state, reply.text, reply.error, attempt)
 
     async def finish(self, keep: bool) -> None:
