@@ -308,7 +308,10 @@ class TrialDriver:
                             await self.save(*machine.on_result(self.status, plan, phase_id,
                                                                result, now()))
                     if not launched[-1][1].done:
-                        await self.sleep(plan, pods)
+                        # A probed pod's readiness tells when it ends; else the next action is
+                        # a waiting `result` (`trial_machine.RESULT_WAIT_SEC`), at once.
+                        if pods.of(plan.phase(launched[-1][0]).pod).probed:
+                            await self.sleep(plan, pods)
                         pods = await self.observe()
                 case machine.ReadResult(phase=phase, wait_sec=wait):
                     if wait:
