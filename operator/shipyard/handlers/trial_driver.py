@@ -345,7 +345,7 @@ class TrialDriver:
         if pod_name is None:
             return None
         reply = await self.exec_call(kube_runner.stop, self.namespace, pod_name, phase_id,
-                                plan.log_limit_bytes)
+                                     plan.log_limit_bytes)
         stopped, why = exec_policy.stopped_status(reply.state, reply.text, reply.error)
         if stopped is None:  # e.g. a pod started by an older runner, without `stop`
             self.logger.warning(f"could not stop phase {phase_id} of a cancelled trial: {why}")
@@ -474,7 +474,7 @@ class TrialDriver:
         operator simply reads them again). The failed read's reply when that exec failed."""
         if phase.name == "verifier-environment" and self.status.pod_name:
             reply = await self.exec_call(kube_runner.read_file, self.namespace,
-                                    self.status.pod_name, ARTIFACTS_TAR)
+                                         self.status.pod_name, ARTIFACTS_TAR)
             if reply.state == "ok":
                 phase = replace(phase, payload={**phase.payload, "artifacts.tar": reply.stdout})
             elif reply.exit_code is None:  # the exec did not run: this attempt failed
@@ -540,8 +540,8 @@ class TrialDriver:
             return await self.waiting(pod_name, kube_runner.result, self.namespace, pod_name,
                                       phases[0], limit, wait)
         if command != "launch":
-            return await self.exec_call(kube_runner.result, self.namespace, pod_name, phases[0],
-                                   limit)
+            return await self.exec_call(kube_runner.result, self.namespace, pod_name,
+                                        phases[0], limit)
         bundles = []
         for phase_id in phases:
             bundle = await self.bundle(phase_id, plan.phase(phase_id))
@@ -550,17 +550,18 @@ class TrialDriver:
             bundles.append((phase_id, bundle))
         uid, attempt = self.body["metadata"].get("uid") or "", self.status.attempt
         if len(bundles) == 1:
-            return await self.exec_call(kube_runner.launch, self.namespace, pod_name, phases[0],
-                                   bundles[0][1], limit, launch_key(uid, attempt, phases[0]))
+            return await self.exec_call(kube_runner.launch, self.namespace, pod_name,
+                                        phases[0], bundles[0][1], limit,
+                                        launch_key(uid, attempt, phases[0]))
         return await self.exec_call(kube_runner.chain, self.namespace, pod_name,
-                               [(p, launch_key(uid, attempt, p)) for p in phases],
-                               build_chain_bundle(bundles), limit)
+                                    [(p, launch_key(uid, attempt, p)) for p in phases],
+                                    build_chain_bundle(bundles), limit)
 
     async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:
         """A waiting exec, in the pool of execs (`executor.execs`), dropped when the trial is
         cancelled or its pod is going (a pod or Trial change wakes the driver): the answer is
         then `gone`, and the driver looks again. A dropped exec ends in its pod by itself."""
-        future = asyncio.get_running_loop().run_in_executor(execs, functools.partial(fn, *args))
+        future = asyncio.ensure_future(self.exec_call(fn, *args))
         while True:
             woken = asyncio.ensure_future(self.waker.wait(None))
             done, _ = await asyncio.wait({future, woken}, return_when=asyncio.FIRST_COMPLETED)
