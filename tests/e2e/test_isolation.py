@@ -32,6 +32,14 @@ AGENTS = {
         "$s/finished\n"
         "echo /logs/verifier/reward.txt > $p/collect && : > $s/done"
     ),
+    # As root, the runner's base written far ahead (its processes would pass for the image's
+    # own) and its supervisor killed (whose sweep would end them): the verifier's launch sweeps
+    # with the base the operator kept.
+    "base": (
+        "echo 999999999999 > /shipyard/state/baseline\n"
+        f"setsid nohup bash -c '{FORGE}' >/dev/null 2>&1 &\n"
+        "sleep 1\nkill -9 $(cat /shipyard/state/agent/supervisor)"
+    ),
     # A loop installed in /etc/profile.d, started by a login shell, ignoring TERM and HUP.
     "profiled": (
         "cat > /etc/profile.d/zz-forge.sh <<'EOF'\n"

@@ -358,6 +358,9 @@ class TrialStatus(Model):
     conditions: list[Condition] = []
     task_digest: str | None = None
     pod_name: str | None = None
+    # The clock tick before which the environment pod's processes are its image's (the runner's
+    # base, runner.sh): kept here, where its agent cannot write, for the launches after its first.
+    pod_process_base: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
     reward: float | None = None

@@ -550,9 +550,10 @@ class TrialDriver:
             bundles.append((phase_id, bundle))
         uid, attempt = self.body["metadata"].get("uid") or "", self.status.attempt
         if len(bundles) == 1:
+            base = self.status.pod_process_base if pod_name == self.status.pod_name else None
             return await self.exec_call(kube_runner.launch, self.namespace, pod_name,
                                         phases[0], bundles[0][1], limit,
-                                        launch_key(uid, attempt, phases[0]))
+                                        launch_key(uid, attempt, phases[0]), base)
         return await self.exec_call(kube_runner.chain, self.namespace, pod_name,
                                     [(p, launch_key(uid, attempt, p)) for p in phases],
                                     build_chain_bundle(bundles), limit)

@@ -72,12 +72,13 @@ def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = Non
 
 
 def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int,
-           key: str) -> Reply:
+           key: str, base: int | None = None) -> Reply:
     """Start the phase from its bundle (`shipyard.render.phase_bundle`) under its launch key
-    (`conventions.launch_key`); prints its status (with its result when it ended within the
-    launch's grace)."""
-    return _runner(namespace, pod, ["launch", phase_id, str(len(bundle)), str(log_limit), key],
-                   bundle)
+    (`conventions.launch_key`) and the pod's process base (`TrialStatus.pod_process_base`),
+    when known; prints its status (with its result when it ended within the launch's
+    grace)."""
+    args = ["launch", phase_id, str(len(bundle)), str(log_limit), key]
+    return _runner(namespace, pod, args + ([str(base)] if base is not None else []), bundle)
 
 
 def chain(namespace: str, pod: str, phases: list[tuple[str, str]], bundle: bytes,

@@ -30,6 +30,7 @@ class PhaseStatus:
     finished: str | None = None
     files: dict[str, CollectedFile] = field(default_factory=dict)
     collected: bool = False  # a finished phase's files are here (`result`, or a quick `launch`)
+    base: int | None = None  # the pod's process base, from the launch that took it (runner.sh)
 
     @property
     def done(self) -> bool:
@@ -102,6 +103,7 @@ def parse_runner_output(text: str) -> PhaseStatus:
         finished=head.get("finished") or None,
         files=files,
         collected=head.get("result") == "1",
+        base=int(b) if (b := head.get("base", "")).isdigit() else None,
     )
 
 

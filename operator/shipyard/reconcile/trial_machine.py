@@ -363,6 +363,7 @@ def on_pod_created(status: TrialStatus, role: Role, name: str, now: datetime) ->
     status = status.model_copy(deep=True)
     if role == Role.ENV:
         status.pod_name = name
+        status.pod_process_base = None
         status.retry_at = None
     else:
         status.verifier_pod_name = name
@@ -376,6 +377,7 @@ def on_pod_stopped(status: TrialStatus, role: Role) -> TrialStatus:
     status = status.model_copy(deep=True)
     if role == Role.ENV:
         status.pod_name = None
+        status.pod_process_base = None
     else:
         status.verifier_pod_name = None
     return status
@@ -387,6 +389,8 @@ def on_launch(status: TrialStatus, phase_id: str, result: PhaseStatus, now: date
     rec = record(status, phase_id)
     rec.state = "Running"
     rec.launched = True
+    if rec.name == "environment" and result.base is not None and status.pod_process_base is None:
+        status.pod_process_base = result.base  # the environment pod's first launch took it
     outcome = Outcome()
     if rec.name not in ("environment", "verifier-environment"):
         # A pod's first phase started when its pod was created.

@@ -30,6 +30,11 @@
 # (setsid, double fork, nohup) or not, is stopped and killed. Kept are pause (PID 1), the
 # processes that existed before the first phase (the image's own, e.g. from its ENTRYPOINT) and
 # their children, and exec sessions (the operator's runner calls, probes) and their children.
+# "Before the first phase" is a clock tick (the base): the pod's first launch takes its own
+# start and prints it (`base=N`); the operator keeps it and passes it to each later launch,
+# which hands it to its supervisor. A root agent can write the copy kept in the state folder
+# (a base far ahead would spare its processes), so that copy is only a fallback for a launch
+# that is given none.
 #
 # Secrets: the agent's Secret files are mounted only into the `secrets` container of the pod,
 # whose capabilities the main container lacks, so no process of the main container can read
@@ -48,6 +53,7 @@ PROBE=$ROOT/probe
 GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
+BASE="" NEWBASE=""
 
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
@@ -57,12 +63,12 @@ status() {
   if [ -f "$s/done" ]; then
     echo "state=done rc=$(value "$s/rc") timed_out=$(value "$s/timed_out" 0)" \
       "oom_killed=$(value "$s/oom_killed" 0)" \
-      "started=$(value "$s/started") finished=$(value "$s/finished")"
+      "started=$(value "$s/started") finished=$(value "$s/finished")${NEWBASE:+ base=$NEWBASE}"
   elif supervisor_lost "$s"; then
     finish "$1" 125 0 "shipyard runner: the supervisor of phase $1 disappeared"
     status "$1"
   else
-    echo "state=running started=$(value "$s/started")"
+    echo "state=running started=$(value "$s/started")${NEWBASE:+ base=$NEWBASE}"
   fi
 }
 
@@ -87,8 +93,8 @@ supervisor_lost() {
   fi
 }
 
-# launch ID SIZE [LIMIT [KEY]]: read SIZE bytes of tar from stdin into the phase dir and start
-# it, once. Prints what `result ID LIMIT` prints: a phase that ends within GRACE seconds costs
+# launch ID SIZE [LIMIT [KEY [BASE]]]: read SIZE bytes of tar from stdin into the phase dir and
+# start it, once. Prints what `result ID LIMIT` prints: a phase that ends within GRACE seconds costs
 # the operator this one exec, its result included. KEY (the operator's, per phase) is kept
 # with the phase's state: a launch that finds the state there but not its key did not make it
 # (an earlier phase's code did, as root it can write here: a verifier's `done` and reward
@@ -97,6 +103,14 @@ launch() {
   id=$1 size=$2 limit=${3:-262144} key=${4:-}
   if [ ! -d "$STATE" ]; then
     mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
+  fi
+  # The base (see the header): the operator's, else the one this pod's first launch (this
+  # one, when there is none yet: printed for the operator to keep) recorded.
+  if [ -n "${5:-}" ]; then
+    BASE=$5
+  elif [ -z "$BASE" ]; then
+    if [ ! -f "$BASELINE" ]; then start_ticks $$ >"$BASELINE"; NEWBASE=$(value "$BASELINE"); fi
+    BASE=$(value "$BASELINE" 0)
   fi
   # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
   # next launch starts it), never launched from a truncated tar.
@@ -126,7 +140,6 @@ launch() {
       >>"$STATE/$id/output"
     forged=0
   fi
-  [ -f "$BASELINE" ] || start_ticks $$ >"$BASELINE"
   sweep
   for d in "$DROPS"/*; do [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
   # One `date` for both: the time as recorded and in seconds (for `supervisor_lost`).
@@ -144,7 +157,7 @@ launch() {
   rm -f "$bundle"
   echo "$id" >"$STATE/running"
   busy
-  setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
+  SHIPYARD_BASE=$BASE setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
   echo $! >"$STATE/$id/supervisor"
   wait_done "$STATE/$id" "$GRACE"
   result "$id" "$limit"
@@ -379,7 +392,7 @@ start_ticks() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; }
 # than the first phase keeps it; an exec session (parent outside the namespace, PPid 0) keeps
 # it; reaching PID 1 (pause, the parent of every orphan) ends it.
 sweep_targets() {
-  base=$(value "$BASELINE" 0)
+  base=${BASE:-$(value "$BASELINE" 0)}  # see the header
   # One `cat` for all (each file is one line); a process gone meanwhile is only missing.
   cat /proc/[0-9]*/stat 2>/dev/null | awk -v self=$$ -v base="$base" '
     NF {
@@ -461,13 +474,13 @@ shift 2>/dev/null
 case $cmd in
   launch) launch "$@" ;;
   chain) chain "$@" ;;
-  supervise) supervise "$@" ;;
+  supervise) BASE=${SHIPYARD_BASE:-}; unset SHIPYARD_BASE; supervise "$@" ;;
   status) status "$@" ;;
   result) result "$@" ;;
   stop) stop "$@" ;;
   ready) ready ;;
   sweep) sweep ;;
   put-secrets) put_secrets "$@" ;;
-  *) echo "usage: runner launch ID SIZE [LIMIT [KEY]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
+  *) echo "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
      exit 2 ;;
 esac

@@ -3,7 +3,7 @@ results and pod objects (Harbor §b.3 phase order, §b.6 failure semantics)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -351,7 +351,6 @@ def test_agent_timeout_still_verifies_and_completes_with_the_error_recorded() ->
 
 
 def test_an_oom_killed_agent_is_reported_and_still_verified() -> None:
-    from dataclasses import replace
 
     run = drive(plan_for(agent={"name": "command", "command": "hog"}),
                 {"agent": replace(done(137), oom_killed=1)})
@@ -636,3 +635,18 @@ def test_a_trial_waits_for_its_pod_to_start_until_its_first_phase_is_launched() 
     assert m.starting_pod(status)
     launched, _ = m.on_launch(status, "environment", running(), at(1))
     assert not m.starting_pod(launched)
+
+
+def test_the_environment_pod_s_process_base_is_kept_from_its_first_launch_only() -> None:
+    """The runner's base (the tick before which a process is the image's) is taken from the
+    pod's first launch, while no task code has run: a base printed later (an agent can write
+    the runner's copy) is never taken. A new pod starts without one."""
+    plan = plan_for()
+    status = with_pod(plan)
+    status, _ = m.on_launch(status, "environment", replace(running(T0), base=4242), T0)
+    assert status.pod_process_base == 4242
+    status, _ = m.on_result(status, plan, "environment", done(), T0)
+    status, _ = m.on_launch(status, "agent", replace(running(T0), base=9999999), T0)
+    assert status.pod_process_base == 4242
+    assert m.on_pod_stopped(status, m.Role.ENV).pod_process_base is None
+    assert m.on_pod_created(status, m.Role.ENV, "pod-2", T0).pod_process_base is None

@@ -64,15 +64,16 @@ class Runner:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def launch(self, phase_id: str, phase: PhaseSpec, grace: int | None = None,
-               key: str | None = None) -> PhaseStatus:
-        """As the operator launches: with the phase's own key (`launch_key`)."""
+               key: str | None = None, base: int | None = None) -> PhaseStatus:
+        """As the operator launches: with the phase's own key (`launch_key`) and the pod's
+        process base once it has one (`TrialStatus.pod_process_base`)."""
         bundle = build_phase_bundle(phase_id, phase)
         if phase.secrets:  # as the operator does, in the pod's `secrets` container
             put = self.run("put-secrets", phase_id)
             assert put.returncode == 0, put.stderr
         key = key if key is not None else launch_key("trial-uid", 1, phase_id)
-        res = self.run("launch", phase_id, str(len(bundle)), "262144", key, stdin=bundle,
-                       grace=grace)
+        res = self.run("launch", phase_id, str(len(bundle)), "262144", key,
+                       *([str(base)] if base is not None else []), stdin=bundle, grace=grace)
         assert res.returncode == 0, res.stderr
         return parse_runner_output(res.stdout.decode())
 
@@ -799,6 +800,35 @@ def test_a_timed_out_phase_leaves_no_process_behind(runner: Runner,
                               "agent")
     assert result.timed_out
     assert pod_like.live() == []
+
+
+def test_a_base_forged_by_the_agent_spares_none_of_its_processes(runner: Runner,
+                                                                  pod_like: PidNamespace) -> None:
+    """A root agent writes the runner's base far ahead (its processes would pass for the
+    image's) and kills its supervisor, whose sweep would end them. The pod's first launch
+    printed the base, which the operator keeps and gives the next launch: that launch's sweep
+    ends the agent's processes before the verifier starts; the image's process stays."""
+    runner.prefix = pod_like.enter()
+    subprocess.run([*runner.prefix, "sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 &"],
+                   check=True)
+    time.sleep(0.05)
+    first = runner.launch("environment", phase("true"))
+    assert first.base is not None and first.base > 0
+    runner.wait("environment")
+    out = runner.root / "forged"
+    state = runner.root / "state"
+    forge = (f"echo 999999999999 > {state}/baseline\n"
+             f"setsid sh -c '{FORGER.format(out=out)}' >/dev/null 2>&1 &\n"
+             f"kill -9 $(cat {state}/agent/supervisor)\n")
+    runner.launch("agent", phase(forge), base=first.base)
+    assert runner.result("agent").exit_code == 125  # its supervisor is gone
+    assert out.exists()
+    verifier = runner.launch("verifier", phase(f"rm -f {out}; sleep 0.3; test ! -e {out}"),
+                             base=first.base)
+    assert verifier.base is None  # only a base the launch took is printed
+    assert runner.wait("verifier").exit_code == 0, "a process of the agent still writes"
+    assert [c for c in pod_like.live() if "sleep 1000" not in c] == []
+    assert any("sleep 1000" in c for c in pod_like.live())
 
 
 def test_no_sweep_outside_a_pod(runner: Runner) -> None:
