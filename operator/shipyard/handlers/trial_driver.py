@@ -87,6 +87,7 @@ class TrialDriver:
         self.pending_events: list[tuple[str, str, str, str]] = []  # name, type, reason, message
         self.unsaved_since: float | None = None  # since when a pod start holds back a write
         self.unsaved_exec_sec = 0.0  # time spent in execs since the last write
+        self.unsaved_execs = 0  # and how many
         self.waker = waker(self.namespace, self.name)
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
@@ -160,6 +161,7 @@ class TrialDriver:
             self.pending_events, self.saved = [], status
         self.unsaved_since = None
         self.unsaved_exec_sec = 0.0
+        self.unsaved_execs = 0
 
     def write(self, events: list[tuple[str, str, str, str]], patch: dict | None) -> None:
         """(In a thread) the Events, then the status patch."""
@@ -504,12 +506,13 @@ class TrialDriver:
                         plan.secret_names, decided.indexes, self.namespace), now()))
                 return None
             if decided is None:
-                if self.unsaved_exec_sec > machine.UNSAVED_WORK_SEC:
-                    await self.flush()  # a restart redoes at most this exec, not all before
+                if machine.write_before_exec(self.unsaved_exec_sec, self.unsaved_execs):
+                    await self.flush()  # a restart redoes at most two execs, not all before
                 started = time.monotonic()
                 reply = await self.exec_once(command, plan, phases, pod_name, wait)
                 if not wait:  # time spent waiting is no work a restart would redo
                     self.unsaved_exec_sec += time.monotonic() - started
+                    self.unsaved_execs += 1
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
             match decided:

@@ -759,6 +759,14 @@ next exec: coalesced writes must not leave more than this to redo after a restar
 operator restarted more often than a trial's execs take (a loaded node, kills every 10-25 s)
 would redo the same steps forever without recording one. Quick execs cost no extra write."""
 
+
+def write_before_exec(unsaved_sec: float, unsaved_execs: int) -> bool:
+    """Whether the driver writes what it has before its next exec (`UNSAVED_WORK_SEC`). Never
+    after a single exec: what a restart redoes is then that one exec, which answers at once
+    (a launch never runs a phase twice), so a trivial trial's environment-and-agent launch,
+    slow only because its node is busy, costs no write of its own before its verifier's."""
+    return unsaved_execs >= 2 and unsaved_sec > UNSAVED_WORK_SEC
+
 START_WRITE_DELAY_SEC = 10.0
 """While a trial's environment pod starts, the status (Running, the pod's name) is written only
 once the start has taken this long: a pod that starts sooner costs no write of its own (what

@@ -6,7 +6,7 @@ import io
 import shlex
 import tarfile
 
-from shipyard.plan.phases import PhaseSpec
+from shipyard.plan.phases import EnvironmentScript, PhaseSpec, VerifierEnvironmentScript
 from shipyard.render.phase_scripts import phase_scripts
 
 PAYLOAD_DIR = "payload"
@@ -14,11 +14,15 @@ PAYLOAD_DIR = "payload"
 
 def _spec_file(phase: PhaseSpec) -> str:
     timeout = "" if phase.timeout_sec is None else str(max(1, int(phase.timeout_sec)))
+    # OWN=1: a pod's first phase, Shipyard's own (directories, environment files; no task
+    # code): the runner need not look for processes it left (see runner.sh `own`).
+    own = isinstance(phase.script, EnvironmentScript | VerifierEnvironmentScript)
     return (
         f"USER_NAME={shlex.quote(phase.user or '')}\n"
         f"TIMEOUT={timeout}\n"
         f"CWD={shlex.quote(phase.cwd or '')}\n"
         f"SECRETS={1 if phase.secrets else 0}\n"
+        f"OWN={1 if own else 0}\n"
     )
 
 

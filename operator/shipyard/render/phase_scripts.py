@@ -121,11 +121,15 @@ def _setup(intent: SetupScript) -> PhaseScripts:
     return PhaseScripts(command, prepare)
 
 
+def _executable(path: str) -> str:
+    """` && chmod +x PATH`, unless the bundle already made it executable (`*.sh`)."""
+    return "" if path.endswith(".sh") else f" && chmod +x {shlex.quote(path)}"
+
+
 def _oracle(script: str) -> PhaseScripts:
-    prepare = (
-        f"rm -rf /solution && mkdir -p /solution && cp -a {PAYLOAD}/solution/. /solution/ "
-        f"&& chmod +x /solution/{shlex.quote(script)}\n"
-    )
+    # Each program a prepare runs costs the pod a fork and exec: as few as it takes.
+    prepare = (f"rm -rf /solution && cp -a {PAYLOAD}/solution /solution"
+               f"{_executable('/solution/' + script)}\n")
     log = AGENT_LOGS["oracle"]
     command = (
         f"(/solution/{shlex.quote(script)}) > {log} 2>&1\n"
@@ -190,11 +194,13 @@ def _verify(intent: VerifyScript) -> PhaseScripts:
     """Stale rewards removed, tests uploaded now (unless bundled in a verifier image), the
     test script run; for a shared verifier the collect hooks run first (best effort)."""
     prepare = "".join(_collect_hook(h) for h in intent.hooks)
-    prepare += f"rm -f -- {REWARD_TXT} {REWARD_JSON}\n"
-    prepare += "rm -rf /solution\n"  # the oracle's files are for its agent phase only
+    # Stale rewards, the oracle's files (for its agent phase only), the tests to be replaced.
+    prepare += f"rm -rf -- {REWARD_TXT} {REWARD_JSON} /solution"
+    test = f"/tests/{intent.test_script}"
     if intent.upload_tests:
-        prepare += f"rm -rf /tests && mkdir -p /tests && cp -a {PAYLOAD}/tests/. /tests/\n"
-    prepare += f"chmod +x /tests/{shlex.quote(intent.test_script)}\n"
+        prepare += f" /tests\ncp -a {PAYLOAD}/tests /tests{_executable(test)}\n"
+    else:
+        prepare += f"\nchmod +x {shlex.quote(test)}\n"
     command = f"(/tests/{shlex.quote(intent.test_script)}) > {TEST_STDOUT} 2>&1\n"
     return PhaseScripts(command, prepare)
 

@@ -53,7 +53,7 @@ PROBE=$ROOT/probe
 GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
-BASE="" NEWBASE=""
+BASE="" NEWBASE="" TASKCODE=0
 
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
@@ -100,27 +100,31 @@ supervisor_lost() {
 # (an earlier phase's code did, as root it can write here: a verifier's `done` and reward
 # forged ahead of it) and starts the phase afresh.
 launch() {
-  id=$1 size=$2 limit=${3:-262144} key=${4:-}
-  if [ ! -d "$STATE" ]; then
-    mkdir -p "$PHASES" "$STATE" && chmod 711 "$PHASES" && chmod 700 "$STATE"
-  fi
-  # The base (see the header): the operator's, else the one this pod's first launch (this
-  # one, when there is none yet: printed for the operator to keep) recorded.
-  if [ -n "${5:-}" ]; then
-    BASE=$5
-  elif [ -z "$BASE" ]; then
-    if [ ! -f "$BASELINE" ]; then start_ticks $$ >"$BASELINE"; NEWBASE=$(value "$BASELINE"); fi
-    BASE=$(value "$BASELINE" 0)
-  fi
   # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
   # next launch starts it), never launched from a truncated tar.
+  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
   bundle=$STATE/bundle.$$
-  head -c "$size" >"$bundle"
+  head -c "$2" >"$bundle"
   got=$(wc -c <"$bundle")
-  if [ "$got" -ne "$size" ]; then
+  if [ "$got" -ne "$2" ]; then
     rm -f "$bundle"
-    echo "shipyard runner: phase $id: received $((got)) of $size bytes; not launched" >&2
+    echo "shipyard runner: phase $1: received $((got)) of $2 bytes; not launched" >&2
     return 3
+  fi
+  launch_file "$1" "$bundle" "${3:-262144}" "${4:-}" "${5:-}"
+}
+
+# launch_file ID BUNDLE LIMIT KEY BASE: `launch` of a bundle received whole (its supervisor
+# deletes it).
+launch_file() {
+  id=$1 bundle=$2 limit=$3 key=$4
+  # The base (see the header): the operator's, else the one this pod's first launch (this
+  # one, when there is none yet: printed for the operator to keep) recorded.
+  if [ -n "$5" ]; then
+    BASE=$5
+  elif [ -z "$BASE" ]; then
+    if [ ! -f "$BASELINE" ]; then start_ticks $$; echo "$TICKS" >"$BASELINE"; NEWBASE=$TICKS; fi
+    BASE=$(value "$BASELINE" 0)
   fi
   if [ -n "$key" ] && [ -d "$STATE/$id" ] && [ "$(value "$STATE/$id/key")" != "$key" ]; then
     # Not ours (a launch of ours writes its key right after making the folder, before the
@@ -130,7 +134,8 @@ launch() {
     forged=1
   fi
   if ! mkdir "$STATE/$id" 2>/dev/null; then
-    rm -f "$bundle"  # already launched: the operator retried; never run twice
+    [ "$bundle" != "$STATE/bundle.$$" ] || rm -f "$bundle"  # already launched: the operator
+    # retried; never run twice (a chain's bundles go with its staging folder)
     result "$id" "$limit"
     return 0
   fi
@@ -140,8 +145,10 @@ launch() {
       >>"$STATE/$id/output"
     forged=0
   fi
-  sweep
-  for d in "$DROPS"/*; do [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
+  # Nothing to sweep while no task code ran since the base was taken (this exec's own, the
+  # first in the pod, launched only phases of Shipyard's own: OWN=1 in their spec).
+  [ -n "$NEWBASE" ] && [ "$TASKCODE" = 0 ] || sweep
+  for d in "$DROPS"/*; do [ ! -e "$d" ] || [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
   # One `date` for both: the time as recorded and in seconds (for `supervisor_lost`).
   set -- $(date -u "+%Y-%m-%dT%H:%M:%SZ %s")
   echo "$1" >"$STATE/$id/started"
@@ -154,10 +161,12 @@ launch() {
     result "$id" "$limit"
     return 0
   fi
-  rm -f "$bundle"
+  own "$PHASES/$id/spec" || TASKCODE=1
   echo "$id" >"$STATE/running"
   busy
-  SHIPYARD_BASE=$BASE setsid sh "$0" supervise "$id" </dev/null >/dev/null 2>&1 &
+  waiter "$STATE/$id"  # before the supervisor exists: its `finish` cannot miss us
+  SHIPYARD_BASE=$BASE SHIPYARD_BUNDLE=$bundle setsid sh "$0" supervise "$id" </dev/null \
+    >/dev/null 2>&1 &
   echo $! >"$STATE/$id/supervisor"
   wait_done "$STATE/$id" "$GRACE"
   result "$id" "$limit"
@@ -172,7 +181,8 @@ chain() {
   limit=$1 size=$2
   shift 2
   staging=$ROOT/staging.$$
-  rm -rf "$staging" && mkdir -p "$staging" && chmod 700 "$staging"
+  [ ! -e "$staging" ] || rm -rf "$staging"
+  mkdir -m 700 "$staging"
   head -c "$size" >"$staging/chain.tar"
   got=$(wc -c <"$staging/chain.tar")
   if [ "$got" -ne "$size" ] || ! tar -x -f "$staging/chain.tar" -C "$staging"; then
@@ -181,12 +191,12 @@ chain() {
       "launched" >&2
     return 1
   fi
-  rm -f "$staging/chain.tar"
+  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
   for phase in "$@"; do
     id=${phase%%:*} key=""
     [ "$id" = "$phase" ] || key=${phase#*:}
     echo "=== $id"
-    launch "$id" "$(($(wc -c <"$staging/$id.tar")))" "$limit" "$key" <"$staging/$id.tar"
+    launch_file "$id" "$staging/$id.tar" "$limit" "$key" ""
     if [ ! -f "$STATE/$id/done" ] || [ "$(value "$STATE/$id/rc")" != 0 ]; then
       break
     fi
@@ -204,8 +214,40 @@ finish() {
   : >"$s/done"
   # Only then ready (an older exec probe) or not busy (the probe container): the readiness flip
   # wakes the operator, whose `result` must find it done (else it would wait, with no further
-  # pod event, until the phase's deadline). A waiting `result` looks for `done`.
-  if [ "$(value "$STATE/running")" = "$id" ]; then rm -f "$STATE/running"; idle; fi
+  # pod event, until the phase's deadline). A waiting `result` or launch is woken.
+  if [ "$(value "$STATE/running")" = "$id" ]; then : >"$STATE/running"; idle; fi
+  wake "$s"
+}
+
+# own SPEC: the phase is one of Shipyard's own (OWN=1: no task code runs in it).
+own() {
+  while IFS= read -r l; do [ "$l" != OWN=1 ] || return 0; done <"$1" 2>/dev/null
+  return 1
+}
+
+# Waiting without polling: a runner that waits for a phase (`wait_done`, `wait_result`) adds
+# itself to the phase's waiters (`waiter`: its PID and start tick, so that a PID reused since
+# is never signalled) and sleeps; the phase's `finish` sends each waiter SIGUSR1, which ends
+# the wait at once. One `sleep` per wait instead of one every tenth of a second.
+trap 'WOKEN=1' USR1
+WOKEN=0
+waiter() { WOKEN=0; start_ticks $$; echo "$$ $TICKS" >>"$1/waiters"; }
+wake() {
+  [ -f "$1/waiters" ] || return 0
+  while read -r pid ticks; do
+    start_ticks "$pid" 2>/dev/null && [ "$TICKS" = "$ticks" ] && kill -USR1 "$pid" 2>/dev/null
+  done <"$1/waiters"
+  return 0
+}
+
+# nap SECONDS: sleep, until woken (SIGUSR1) if sooner.
+nap() {
+  [ "$WOKEN" = 1 ] && return 0
+  sleep "$1" &
+  napper=$!
+  [ "$WOKEN" = 1 ] || wait "$napper"
+  kill "$napper" 2>/dev/null
+  return 0
 }
 
 # What the probe container serves (world-readable: it runs as nobody): /busy while a phase runs.
@@ -213,11 +255,11 @@ finish() {
 busy() { [ ! -d "$PROBE" ] || (umask 022 && : >"$PROBE/busy") 2>/dev/null || true; }
 idle() { [ ! -e "$PROBE/busy" ] || rm -f "$PROBE/busy"; }
 
-# The environment of the phase command: the phase env, then mounted secrets when asked for.
+# The environment of a phase command given secrets: the phase env, then the mounted secrets.
 write_env() {
   p=$1
-  cat "$p/env" 2>/dev/null
-  if [ "${SECRETS:-0}" = 1 ] && [ -d "$DROPS/$2" ]; then
+  while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done <"$p/env" 2>/dev/null
+  if [ -d "$DROPS/$2" ]; then
     for f in "$DROPS/$2"/*/*; do
       [ -f "$f" ] || continue
       key=$(basename "$f")
@@ -232,23 +274,31 @@ write_env() {
 supervise() {
   id=$1
   p=$PHASES/$id s=$STATE/$id
-  USER_NAME="" TIMEOUT="" CWD="" SECRETS=0
+  USER_NAME="" TIMEOUT="" CWD="" SECRETS=0 OWN=0
   . "$p/spec"
-  if [ -f "$p/prepare" ] && ! SHIPYARD_PAYLOAD="$p/payload" sh "$p/prepare" >>"$s/output" 2>&1; then
+  # prepare in a subshell of this one (a fork, no new shell to start)
+  if [ -f "$p/prepare" ] && ! (SHIPYARD_PAYLOAD="$p/payload"; . "$p/prepare") >>"$s/output" 2>&1
+  then
     finish "$id" 126 0 "shipyard runner: preparing phase $id failed"
     return
   fi
-  rm -rf "$p/payload"
-  umask 077
-  write_env "$p" "$id" >"$p/env.sh"
-  umask 022
-  inner=". '$p/env.sh'; rm -f '$p/env.sh'; exec sh '$p/command'"
+  rm -rf "$p/payload" ${BUNDLE:+"$BUNDLE"}
+  if [ "$SECRETS" = 1 ]; then
+    umask 077
+    write_env "$p" "$id" >"$p/env.sh"
+    umask 022
+    inner=". '$p/env.sh'; rm -f '$p/env.sh'; exec sh '$p/command'"
+  else
+    inner=". '$p/env'; exec sh '$p/command'"
+  fi
   if [ -n "$CWD" ]; then mkdir -p "$CWD" 2>/dev/null; inner="cd '$CWD' && $inner"; fi
   if [ -n "$USER_NAME" ] && [ "$USER_NAME" != root ] && [ "$USER_NAME" != 0 ]; then
     name=$USER_NAME
     case $name in *[!0-9]*) ;; *) name=$(awk -F: -v u="$name" '$3 == u {print $1; exit}' /etc/passwd) ;; esac
     home=$(awk -F: -v u="$name" '$1 == u {print $6; exit}' /etc/passwd)
-    chown "$name" "$p/env.sh" "$p" 2>/dev/null
+    envfile=$p/env
+    [ "$SECRETS" != 1 ] || envfile=$p/env.sh
+    chown "$name" "$envfile" "$p" 2>/dev/null
     chmod 711 "$p"
     set -- su -s /bin/sh "$name" -c "export HOME='${home:-/}' USER='$name' LOGNAME='$name'; $inner"
   else
@@ -260,11 +310,13 @@ supervise() {
   echo "$child" >"$s/pid"
   watchdog=""
   if [ -n "$TIMEOUT" ]; then
+    # Its sleep ends with it (TERM): no process of ours is left for the sweep to find.
     (
-      sleep "$TIMEOUT"
+      trap 'kill "$napper" 2>/dev/null; exit 0' TERM
+      sleep "$TIMEOUT" & napper=$!; wait "$napper"
       echo 1 >"$s/timed_out.pending"
       kill -TERM -"$child" 2>/dev/null
-      sleep "$KILL_AFTER"
+      sleep "$KILL_AFTER" & napper=$!; wait "$napper"
       kill -KILL -"$child" 2>/dev/null
     ) &
     watchdog=$!
@@ -272,11 +324,10 @@ supervise() {
   wait "$child"
   rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
-  sweep
+  [ "$OWN" = 1 ] || sweep  # Shipyard's own phase (no task code) leaves nothing to end
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
   [ -f "$s/timed_out.pending" ] && timed_out=1
-  tail -c "$OUTPUT_LIMIT" "$s/output" >"$s/output.tail" 2>/dev/null && mv "$s/output.tail" "$s/output"
   finish "$id" "$rc" "$timed_out"
 }
 
@@ -295,21 +346,44 @@ result() {
     state=done*) echo "$line result=1 end=1" ;;
     *) echo "$line"; return 0 ;;
   esac
-  emit "output" "$STATE/$id/output" "$limit"
+  # The phase's output, then its collected files: one `wc` sizes them all.
+  set -- "$STATE/$id/output"
   if [ -f "$PHASES/$id/collect" ]; then
     while IFS= read -r path; do
-      [ -n "$path" ] && emit "$path" "$path" "$limit"
+      [ -n "$path" ] && [ -f "$path" ] && set -- "$@" "$path"
     done <"$PHASES/$id/collect"
+  fi
+  [ -f "$1" ] || shift
+  if [ $# -gt 0 ]; then
+    wc -c -- "$@" 2>/dev/null | while read -r size path; do
+      if [ "$path" = "$STATE/$id/output" ]; then
+        # Its last OUTPUT_LIMIT bytes are kept (and the result's limit applies).
+        tail=$limit
+        [ "$limit" -le "$OUTPUT_LIMIT" ] || tail=$OUTPUT_LIMIT
+        kept=$size
+        [ "$size" -le "$OUTPUT_LIMIT" ] || kept=$OUTPUT_LIMIT
+        emit output "$path" "$kept" "$size" "$tail"
+      elif [ "$path" != total ]; then
+        emit "$path" "$path" "$size" "$size" "$limit"
+      fi
+    done
   fi
   # The operator takes a result only with this last line: an exec cut short on its way (a
   # kubelet restarting mid-stream) must not pass for a phase that wrote nothing.
   echo "%%end"
 }
 
+# emit NAME PATH SIZE REAL LIMIT: the last LIMIT bytes of the file (REAL bytes long), base64,
+# under `== NAME SIZE` (its size as kept).
 emit() {
-  [ -f "$2" ] || return 0
-  echo "== $1 $(($(wc -c <"$2")))"
-  if [ -d "$DROPS" ]; then tail -c "$3" "$2" | redact | base64; else tail -c "$3" "$2" | base64; fi
+  echo "== $1 $3"
+  if [ -d "$DROPS" ]; then
+    tail -c "$5" "$2" | redact | base64
+  elif [ "$4" -le "$5" ]; then
+    base64 <"$2"
+  else
+    tail -c "$5" "$2" | base64
+  fi
 }
 
 redact() {
@@ -341,6 +415,7 @@ stop() {
   id=$1 s=$STATE/$1
   child=$(cat "$s/pid" 2>/dev/null)
   if [ -n "$child" ] && [ ! -f "$s/done" ]; then
+    waiter "$s"
     kill -TERM -"$child" 2>/dev/null
     wait_done "$s" "$KILL_AFTER"
     kill -KILL -"$child" 2>/dev/null
@@ -349,28 +424,24 @@ stop() {
   result "$@"
 }
 
-# wait_done STATE_DIR SECONDS: until the phase is recorded done, or SECONDS have passed.
-wait_done() {
-  waited=0
-  while [ ! -f "$1/done" ] && [ "$waited" -lt "$(($2 * 10))" ]; do
-    sleep 0.1 2>/dev/null || sleep 1
-    waited=$((waited + 1))
-  done
-}
+# wait_done STATE_DIR SECONDS: until the phase is recorded done, or SECONDS have passed (the
+# caller is among its waiters).
+wait_done() { [ -f "$1/done" ] || nap "$2"; }
 
-# wait_result STATE_DIR SECONDS: as wait_done, a second at a time (a waiting exec costs the pod
-# one short `sleep` a second), and not past a supervisor found gone (looked for every 10 s;
-# `status` then records it).
+# wait_result STATE_DIR SECONDS: as wait_done, and not past a supervisor found gone (looked
+# for every 10 s; `status` then records it).
 wait_result() {
-  waited=0
-  while [ ! -f "$1/done" ] && [ "$waited" -lt "$2" ]; do
-    if [ $((waited % 10)) = 9 ] && supervisor_lost "$1"; then return 0; fi
-    sleep 1
-    waited=$((waited + 1))
+  waiter "$1"
+  left=$2
+  while [ ! -f "$1/done" ] && [ "$left" -gt 0 ] && [ "$WOKEN" = 0 ]; do
+    if [ "$left" -lt 10 ]; then nap "$left"; return 0; fi
+    nap 10
+    left=$((left - 10))
+    if supervisor_lost "$1"; then return 0; fi
   done
 }
 
-ready() { [ ! -f "$STATE/running" ]; }
+ready() { [ ! -s "$STATE/running" ]; }
 
 # How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
 oom_kills() {
@@ -384,8 +455,16 @@ oom_kills() {
   echo 0
 }
 
-# The start time of a process, in clock ticks since boot (field 22 of /proc/PID/stat).
-start_ticks() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; }
+# start_ticks PID: TICKS=the start time of a process, in clock ticks since boot (field 22 of
+# /proc/PID/stat, after the command name, which may hold spaces and parentheses). Builtins.
+start_ticks() {
+  TICKS=""
+  { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+  # shellcheck disable=SC2086
+  set -- ${line##*) }
+  shift 19
+  TICKS=$1
+}
 
 # sweep_targets: the processes a sweep ends (see the header), one PID a line. A process is
 # looked at with its ancestors, nearest first: the caller itself ($$) or an image process older
@@ -474,7 +553,10 @@ shift 2>/dev/null
 case $cmd in
   launch) launch "$@" ;;
   chain) chain "$@" ;;
-  supervise) BASE=${SHIPYARD_BASE:-}; unset SHIPYARD_BASE; supervise "$@" ;;
+  supervise)
+    BASE=${SHIPYARD_BASE:-} BUNDLE=${SHIPYARD_BUNDLE:-}
+    unset SHIPYARD_BASE SHIPYARD_BUNDLE
+    supervise "$@" ;;
   status) status "$@" ;;
   result) result "$@" ;;
   stop) stop "$@" ;;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from shipyard.plan.phases import (
     PlanError,
     TrialPlan,
 )
+from shipyard.render.phase_bundle import build_phase_bundle
 from shipyard.render.phase_scripts import phase_scripts as scripts
 from tests.unit.helpers import HELLO_TOML, hello_world, plan_for, task
 
@@ -77,8 +80,8 @@ def test_environment_files_are_not_uploaded_when_the_task_has_a_dockerfile() -> 
 def test_verifier_phase_runs_test_sh_after_removing_stale_rewards(agent: str) -> None:
     verifier = plan_for(agent={"name": agent}).phase("verifier")
     assert scripts(verifier).command.startswith(f"(/tests/test.sh) > {TEST_STDOUT} 2>&1")
-    assert f"rm -f -- {REWARD_TXT} {REWARD_JSON}" in scripts(verifier).prepare
-    assert scripts(verifier).prepare.index("rm -f --") < scripts(verifier).prepare.index("cp -a")
+    assert f"rm -rf -- {REWARD_TXT} {REWARD_JSON}" in scripts(verifier).prepare
+    assert scripts(verifier).prepare.index("rm -rf --") < scripts(verifier).prepare.index("cp -a")
     assert verifier.collect == (REWARD_JSON, REWARD_TXT, TEST_STDOUT)
     assert verifier.log_files == (TEST_STDOUT,)
     assert verifier.secrets is False
@@ -88,7 +91,7 @@ def test_collect_hooks_run_before_the_rewards_are_reset() -> None:
     plan = plan_for(task(with_toml(
         '[[verifier.collect]]\ncommand = "cp -r /app/out /logs/artifacts/"\nuser = "agent"\n')))
     prepare = scripts(plan.phase("verifier")).prepare
-    assert prepare.index("cp -r /app/out") < prepare.index("rm -f --")
+    assert prepare.index("cp -r /app/out") < prepare.index("rm -rf --")
     assert "timeout 60 bash -lc" in prepare
     assert "su -s /bin/sh agent" in prepare
     assert "(ignored)" in prepare  # best effort, as in Harbor
@@ -120,7 +123,10 @@ def test_tests_never_reach_the_pod_before_verification() -> None:
 def test_oracle_runs_solve_sh_into_oracle_txt_and_records_a_non_zero_exit() -> None:
     agent = plan_for(agent={"name": "oracle"}).phase("agent")
     assert "rm -rf /solution" in scripts(agent).prepare
-    assert "chmod +x /solution/solve.sh" in scripts(agent).prepare
+    # solve.sh arrives executable (`*.sh` in a bundle is 0755); another script is made so.
+    assert "chmod" not in scripts(agent).prepare
+    with tarfile.open(fileobj=io.BytesIO(build_phase_bundle("agent", agent))) as tar:
+        assert tar.getmember("payload/solution/solve.sh").mode == 0o755
     assert scripts(agent).command.startswith("(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1")
     assert "/logs/agent/exit-code.txt" in scripts(agent).command
     assert agent.env["DEBIAN_FRONTEND"] == "noninteractive"

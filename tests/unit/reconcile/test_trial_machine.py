@@ -650,3 +650,9 @@ def test_the_environment_pod_s_process_base_is_kept_from_its_first_launch_only()
     assert status.pod_process_base == 4242
     assert m.on_pod_stopped(status, m.Role.ENV).pod_process_base is None
     assert m.on_pod_created(status, m.Role.ENV, "pod-2", T0).pod_process_base is None
+
+
+def test_a_write_before_an_exec_only_after_long_work_of_more_than_one_exec() -> None:
+    assert not m.write_before_exec(30.0, 1)  # one slow exec: redone at once after a restart
+    assert not m.write_before_exec(m.UNSAVED_WORK_SEC - 0.1, 5)
+    assert m.write_before_exec(m.UNSAVED_WORK_SEC + 0.1, 2)

@@ -343,7 +343,7 @@ def test_bundle_layout() -> None:
     assert sorted(members) == ["collect", "command", "env", "payload/solution/data.txt",
                                "payload/solution/solve.sh", "prepare", "spec"]
     assert members["spec"][0].decode() == (
-        "USER_NAME=agent\nTIMEOUT=120\nCWD=/app\nSECRETS=1\n")
+        "USER_NAME=agent\nTIMEOUT=120\nCWD=/app\nSECRETS=1\nOWN=0\n")
     assert "export K='v w'" in members["env"][0].decode()
     assert members["command"][0] == b"run\n"
     assert members["collect"][0] == b"/a\n/b c\n"
@@ -356,7 +356,15 @@ def test_bundle_layout() -> None:
 def test_bundle_without_optional_parts() -> None:
     members = bundle_members(build_phase_bundle("x", PhaseSpec(name="agent", command="true")))
     assert sorted(members) == ["command", "env", "spec"]
-    assert members["spec"][0].decode() == "USER_NAME=''\nTIMEOUT=\nCWD=''\nSECRETS=0\n"
+    assert members["spec"][0].decode() == "USER_NAME=''\nTIMEOUT=\nCWD=''\nSECRETS=0\nOWN=0\n"
+
+
+def test_only_shipyard_s_own_first_phase_is_marked_own() -> None:
+    """OWN=1 spares the runner a sweep: never for a phase that runs task code."""
+    plan = plan_for(agent={"name": "oracle"})
+    own = {p.id: "OWN=1\n" in bundle_members(build_phase_bundle(p.id, p))["spec"][0].decode()
+           for p in plan.phases}
+    assert own == {"environment": True, "agent": False, "verifier": False}
 
 
 @pytest.mark.parametrize(("timeout", "expected"), [(0.2, "1"), (1.9, "1"), (600.0, "600")])

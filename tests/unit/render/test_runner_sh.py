@@ -231,6 +231,7 @@ def test_result_limit_keeps_the_tail_of_a_large_file(runner: Runner) -> None:
 def test_phase_output_is_capped_to_its_last_64_kib(runner: Runner) -> None:
     result = runner.run_phase(phase("seq 1 30000"))
     assert result.files["output"].size == 65536
+    assert len(result.files["output"].content) == 65536
     assert result.output.endswith("29999\n30000\n")
 
 
