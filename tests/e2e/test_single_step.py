@@ -323,3 +323,34 @@ def test_task_whose_bundle_configmap_comes_later_becomes_ready_and_runs(shipyard
     while condition(shipyard.get("tasks", "bundled"), "Ready")["status"] != "True":
         assert time.monotonic() < deadline, "the Task never became Ready"
         time.sleep(1)
+
+
+def test_pods_left_behind_by_an_operator_stopped_after_the_end_go_when_it_starts(
+        operator, shipyard):
+    """A driver writes its trial's end, then deletes its pods: an operator stopped in between
+    leaves them. Made here with keepPods, dropped while the operator is down: at its start
+    the pod of the finished trial goes (and nothing else changes)."""
+    shipyard.task("leftover", task_files("echo 1 > /logs/verifier/reward.txt\n"))
+    shipyard.trial("leftover-oracle", "leftover", keepPods=True)
+    status = shipyard.wait("leftover-oracle", timeout=120)["status"]
+    assert status["phase"] == "Completed", status
+    pod = status["podName"]
+    assert shipyard.core.read_namespaced_pod(pod, shipyard.namespace)
+    operator.kill()
+    try:
+        shipyard.api.patch_namespaced_custom_object(
+            GROUP, VERSION, shipyard.namespace, "trials", "leftover-oracle",
+            {"spec": {"keepPods": False}})
+    finally:
+        operator.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = shipyard.core.list_namespaced_pod(shipyard.namespace).items
+        if not any(p.metadata.name == pod and not p.metadata.deletion_timestamp for p in pods):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"pod {pod} of the finished trial is still there")
+    after = shipyard.get("trials", "leftover-oracle")["status"]
+    assert (after["phase"], after["reward"], after["finishedAt"]) == (
+        "Completed", 1.0, status["finishedAt"])

@@ -63,6 +63,7 @@ from shipyard.render.pod import (
     logs_configmap_name,
     pod_name_for,
     probe_image_for,
+    runner_configmap_name,
 )
 from shipyard.taskformat import LoadedTask
 
@@ -95,6 +96,7 @@ class TrialDriver:
         # What this driver set on its pods: pod → (network key, settled at); it wins over a
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
+        self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
 
     # ------------------------------------------------------------ plumbing
 
@@ -175,6 +177,9 @@ class TrialDriver:
     async def run(self) -> None:
         try:
             if machine.is_finished(self.status):
+                # Run again after its finish failed (e.g. a pod's delete): the pods go now.
+                if not (self.body.get("spec") or {}).get("keepPods"):
+                    await self.remove_pods()
                 return
             plan = await self.prepare()
             if plan is None:
@@ -389,6 +394,8 @@ class TrialDriver:
                 else:
                     pod = await self.call(objects.get_pod, self.namespace, name)
             seen = observe_pod(pod)
+            if seen.runner is not None and name is not None:
+                self.pod_runners[name] = seen.runner
             if seen.exists and name in self.pod_network:
                 key, settled_at = self.pod_network[name]
                 seen = replace(seen, network=key, network_settled_at=settled_at)
@@ -494,8 +501,12 @@ class TrialDriver:
         role = plan.phase(phase_id).pod
         pod_name = machine.pod_name(self.status, role)
         assert pod_name is not None
-        phases = tuple(machine.chained_phases(plan, phase_id)) if command == "launch" else (
-            phase_id,)
+        if command == "launch":
+            runner = self.pod_runners.get(pod_name)
+            current = runner is None or runner == runner_configmap_name()
+            phases = tuple(machine.chained_phases(plan, phase_id, current))
+        else:
+            phases = (phase_id,)
         attempt = unavailable = 0
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
@@ -590,15 +601,10 @@ class TrialDriver:
         return exec_policy.after_put_secrets(reply.state, reply.text, reply.error, attempt)
 
     async def finish(self, keep: bool) -> None:
-        await self.flush()  # the outcome is on record before its pods go
-        if not keep:
-            for name in (
-                self.status.pod_name,
-                self.status.verifier_pod_name,
-                *[a.pod_name for a in self.status.attempts],
-            ):
-                if name:
-                    await self.call(objects.delete_pod, self.namespace, name)
+        """The outcome and the end in one write (the outcome is on record before its pods
+        go), then the pods go. An operator stopped in between finds the trial finished with
+        pods left: the pod watch removes them (`pod_watch.left_behind`); a delete that fails
+        here fails the driver, whose next run removes them (`remove_pods`)."""
         # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
         # story in `kubectl describe`; Completed/Failed would repeat it.
         await self.save(machine.finished(self.status, now()))
@@ -606,6 +612,17 @@ class TrialDriver:
         cond = machine.terminal_condition(self.status)
         self.logger.info(f"trial {self.namespace}/{self.name}: {self.status.phase}"
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
+        if not keep:
+            await self.remove_pods()
+
+    async def remove_pods(self) -> None:
+        for name in (
+            self.status.pod_name,
+            self.status.verifier_pod_name,
+            *[a.pod_name for a in self.status.attempts],
+        ):
+            if name:
+                await self.call(objects.delete_pod, self.namespace, name)
 
 
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:

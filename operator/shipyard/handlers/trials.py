@@ -13,7 +13,7 @@ import kopf
 
 from shipyard.api.conventions import cancel_requested, is_finished_phase, parse_time
 from shipyard.api.models import GROUP, VERSION
-from shipyard.handlers import config, trial_tasks
+from shipyard.handlers import config, pod_watch, trial_tasks
 from shipyard.handlers.pod_watch import wake
 from shipyard.handlers.trial_driver import TrialDriver
 from shipyard.kube import objects
@@ -36,9 +36,16 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
     raw = dict(body)
     if event.get("type") == "DELETED":
         trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
+        pod_watch.trial_gone(namespace, name)
         return
-    if not trial_tasks.update(namespace, name, raw) and _unfinished(raw.get("status") or {}):
+    driven = trial_tasks.update(namespace, name, raw)
+    unfinished = _unfinished(raw.get("status") or {})
+    if not driven and unfinished:
         trial_tasks.start(namespace, name, raw, logger, drive, reread)
+    left = pod_watch.trial_seen(namespace, name, not unfinished,
+                                bool((raw.get("spec") or {}).get("keepPods")))
+    if left and not driven:
+        pod_watch.remove_left_behind(namespace, name, left)
     if cancel_requested((raw.get("metadata") or {}).get("annotations")):
         wake(namespace, name)
 

@@ -50,6 +50,9 @@ class PodObservation:
     network: str | None = None  # the network policy key the pod is under (its label)
     network_settled_at: datetime | None = None
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""
+    runner: str | None = None
+    """The runner ConfigMap the pod mounts (content-addressed: which runner it has; a pod made
+    by an older operator keeps an older one)."""
 
     @classmethod
     def absent(cls) -> PodObservation:
@@ -109,6 +112,8 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         config_error=config_error,
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
+        runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
+                     or [] if v.get("name") == "runner" and v.get("configMap")), None),
     )
 
 

@@ -780,7 +780,7 @@ def starting_pod(status: TrialStatus) -> bool:
     return rec is not None and not rec.launched and rec.name == "environment"
 
 
-def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
+def chained_phases(plan: TrialPlan, phase_id: str, current_runner: bool = True) -> list[str]:
     """The phases one exec launches: `phase_id`, and when it is the environment pod's own
     preparation (Shipyard's `environment` phase, no task code) the phase after it, started
     by the runner as soon as it ends with exit code 0 (`runner chain`). Never past a phase
@@ -788,9 +788,11 @@ def chained_phases(plan: TrialPlan, phase_id: str) -> list[str]:
     the next one (a staged bundle, or the waiting runner itself, as the same user), so a
     verifier is launched by an exec of its own, after the agent's processes are swept. Not
     under a restricted network (each phase then needs its own policy label first), nor into
-    a phase that needs Secrets."""
+    a phase that needs Secrets. Nor in a pod whose runner is not the current one (made by an
+    older operator before an upgrade): `launch` is what every runner understands."""
     spec = plan.phase(phase_id)
-    if spec.name != "environment" or (plan.network is not None and plan.network.restricted):
+    if spec.name != "environment" or (plan.network is not None and plan.network.restricted) or (
+            not current_runner):
         return [phase_id]
     ids = [p.id for p in plan.phases]
     at = ids.index(phase_id)

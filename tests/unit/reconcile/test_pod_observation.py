@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from shipyard.api.conventions import Role
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
-from tests.unit.helpers import T0, pod, unschedulable_pod, waiting
+from shipyard.render.pod import build_trial_pod, runner_configmap_name
+from tests.unit.helpers import T0, plan_for, pod, trial_body, unschedulable_pod, waiting
 
 
 def test_no_pod_is_absent() -> None:
@@ -187,3 +189,12 @@ def test_a_runtime_that_timed_out_creating_the_container_is_waited_for() -> None
     seen = observe_pod(pod(phase="Pending", container_state=waiting(
         "CreateContainerError", "context deadline exceeded")))
     assert (seen.config_error, seen.lost) == (None, None)
+
+
+def test_a_pod_s_runner_is_the_configmap_it_mounts() -> None:
+    """Content-addressed: a pod an older operator made mounts another (`chained_phases`)."""
+    manifest = build_trial_pod(trial_body(), plan_for(), Role.ENV, None, "p", None)
+    assert observe_pod(manifest).runner == runner_configmap_name()
+    manifest["spec"]["volumes"] = [v for v in manifest["spec"]["volumes"]
+                                   if v["name"] != "runner"]
+    assert observe_pod(manifest).runner is None

@@ -190,6 +190,13 @@ def test_a_running_container_is_enough_to_launch_but_not_to_read_a_result() -> N
     assert isinstance(action, m.Wait)
 
 
+def test_no_chain_in_a_pod_with_an_older_runner() -> None:
+    """A pod an older operator made keeps its runner across an upgrade: it gets plain
+    launches, which every runner understands."""
+    plan = plan_for()
+    assert m.chained_phases(plan, "environment", current_runner=False) == ["environment"]
+
+
 def test_only_the_environment_phase_is_chained_with_the_next_one() -> None:
     """Never past task code: a verifier staged (or awaited by the same runner) while the agent
     runs would be within the agent's reach."""
