@@ -37,9 +37,12 @@ def test_hello_world_oracle_and_nop_with_kubectl_wait(cluster, operator, namespa
     assert task["status"]["summary"] == {"steps": 1, "verifierMode": "shared",
                                          "image": "localhost/shipyard/debian:bookworm",
                                          "network": "public"}
-    # The pod is gone after the trial; the logs are kept.
-    pods = shipyard.core.list_namespaced_pod(namespace).items
-    assert not [p for p in pods if p.metadata.deletion_timestamp is None]
+    # The pod goes right after the trial's end is written; the logs are kept.
+    deadline = time.monotonic() + 10
+    while [p for p in shipyard.core.list_namespaced_pod(namespace).items
+           if p.metadata.deletion_timestamp is None]:
+        assert time.monotonic() < deadline, "the trial's pod is still there"
+        time.sleep(0.2)
     logs = shipyard.core.read_namespaced_config_map(oracle["status"]["logsConfigMap"], namespace)
     assert "hello.txt is correct" in logs.data["verifier.log"]
     # The story in four Events (issue 14: a handful per trial, not one per internal step).
