@@ -419,14 +419,15 @@ def pod_times(pod: Any, seen: dict[str, dict[str, float]]) -> None:
 def stages(created: dict[str, float], pods: dict[str, dict[str, float]],
            done: dict[str, tuple[float, bool]]) -> dict[str, list[float]]:
     """Where a trial's time goes, from the watches: Trial created → its pod created → the pod
-    running → the pod deleted (the execs and the writes before it) → the Trial finished."""
+    running → the Trial finished (the execs and the writes) → its pod deleted (right after
+    its end is written)."""
     out: dict[str, list[float]] = {"Trial -> pod created": [], "pod created -> running": [],
-                                   "running -> pod deleted": [], "pod deleted -> finished": []}
+                                   "running -> finished": [], "finished -> pod deleted": []}
     for trial, began in created.items():
         pod = next((t for name, t in pods.items() if name.startswith(f"{trial}-")), None)
         if pod is None or trial not in done or "running" not in pod or "deleting" not in pod:
             continue
-        marks = [began, pod["created"], pod["running"], pod["deleting"], done[trial][0]]
+        marks = [began, pod["created"], pod["running"], done[trial][0], pod["deleting"]]
         for key, (a, b) in zip(out, pairwise(marks), strict=True):
             out[key].append(b - a)
     return out
