@@ -165,8 +165,24 @@ def settle(core: client.CoreV1Api, timeout: float = 180) -> None:
         names = [ns.metadata.name for ns in core.list_namespace().items]
         prefix = (os.environ.get("SHIPYARD_TEST_NS_PREFIX") or "bench") + "-"
         if not any(n.startswith(prefix) for n in names):
-            return
+            break
         time.sleep(2)
+    quiet(deadline)
+
+
+def quiet(deadline: float, busy_below: float = 0.25, window: float = 3.0) -> None:
+    """Until the node's CPU was mostly idle over `window` seconds (a namespace is gone before
+    its pods' teardown, or another run's, is over): an arm measured on a node still busy
+    with the last one's leftovers would carry their cost."""
+    if node_cpu() is None:
+        return
+    while time.monotonic() < deadline:
+        before, began = node_cpu(), time.monotonic()
+        time.sleep(window)
+        after = node_cpu()
+        if before and after and (after["node"] - before["node"]) / (
+                (time.monotonic() - began) * (os.cpu_count() or 1)) < busy_below:
+            return
 
 
 def make_namespace(core: client.CoreV1Api, name: str) -> None:
