@@ -20,7 +20,7 @@ from shipyard.kube import lease as kube_lease
 from shipyard.kube.client import own_namespace
 from shipyard.kube.errors import ApiException, TransportError
 from shipyard.plan.settings import LeaderSettings
-from shipyard.reconcile.leader import LeaseState, Step, decide, must_stop
+from shipyard.reconcile.leader import LeaseState, Step, decide, must_stop, renew_timeout
 
 EXIT_LOST = 3
 """The exit status of an operator that lost its lease (its pod restarts as a standby)."""
@@ -107,13 +107,14 @@ class Leadership:
         while not self._stop.wait(s.retry_sec):
             sent = time.monotonic()
             assert self.lease is not None
+            timeout = renew_timeout(self.last_renewed, sent, s.renew_deadline_sec, self._timeout)
             try:
                 self.lease = kube_lease.write(self.namespace, self.name, self.lease,
-                                              self.identity, duration, self._timeout)
+                                              self.identity, duration, timeout)
                 self.last_renewed = sent
             except kube_lease.LeaseConflict:
                 try:
-                    current = kube_lease.read(self.namespace, self.name, self._timeout)
+                    current = kube_lease.read(self.namespace, self.name, timeout)
                 except (ApiException, TransportError, OSError) as e:
                     log.warning(f"renewing {self.where}: reading it failed: {e}")
                     continue

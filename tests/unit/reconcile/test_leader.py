@@ -1,4 +1,4 @@
-from shipyard.reconcile.leader import LeaseState, Seen, Step, decide, must_stop
+from shipyard.reconcile.leader import LeaseState, Seen, Step, decide, must_stop, renew_timeout
 
 ME = "op-b"
 
@@ -74,3 +74,10 @@ def test_the_holder_stops_before_any_candidate_can_take_over() -> None:
                                     duration).step is Step.TAKE_OVER)
     first_stop = next(t / 10 for t in range(1000, 2000) if must_stop(100.0, t / 10, deadline))
     assert first_stop < first_takeover
+
+
+def test_a_renewal_may_take_until_the_renew_deadline() -> None:
+    """As client-go's: a slow apiserver's answer within the deadline still renews."""
+    assert renew_timeout(100.0, 102.0, 10.0, 2.0) == 8.0
+    assert renew_timeout(100.0, 109.5, 10.0, 2.0) == 2.0  # never less than the retry period
+    assert renew_timeout(None, 5.0, 10.0, 2.0) == 2.0
