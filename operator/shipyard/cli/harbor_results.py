@@ -1,5 +1,6 @@
-"""Trials in the shape of Harbor's results (spec §b.7 TrialResult, §e.3 JobResult/JobStats,
-§e.4 metrics), so that tooling written for Harbor's `result.json` files can read them.
+"""Trials in the shape of Harbor's results (docs/harbor.md §b.7 TrialResult, §e.3
+JobResult/JobStats, §e.4 metrics), so that tooling written for Harbor's `result.json` files can
+read them.
 
 Pure: Trial (and Task) dicts as the API returns them in, plain JSON-able dicts out. What
 Shipyard does not know is null (token counts, costs, tracebacks, model info), never made up.
@@ -186,7 +187,8 @@ def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
     }
 
 
-# ---------------------------------------------------------------- job level (§e.3, §e.4)
+# ---------------------------------------------------------------- job level (docs/harbor.md §e.3,
+# §e.4)
 
 
 def eval_key(result: Mapping[str, Any]) -> str:

@@ -1,5 +1,5 @@
-"""Harbor's installed agents (§d.2): which agents there are, their options (Harbor's agent
-kwargs), the environment each runs with, the files it leaves, and how it is installed.
+"""Harbor's installed agents (docs/harbor.md §d.2): which agents there are, their options (Harbor's
+agent kwargs), the environment each runs with, the files it leaves, and how it is installed.
 `shipyard.render.agent_scripts` writes each agent's shell (Harbor's command lines).
 
 Differences from Harbor, on purpose:

@@ -1,5 +1,5 @@
 """An installed agent's own report of its run (`status.agentResult`) and Harbor's
-classification of agent failures (`status.error.type`, §d.2 `ERROR_PATTERNS`).
+classification of agent failures (`status.error.type`, docs/harbor.md §d.2 `ERROR_PATTERNS`).
 
 The pod leaves one line cut from the agent's output in `USAGE_FILE` (see
 `shipyard.plan.agents`); these functions read it. Harbor's known gaps are fixed here: claude-code's

@@ -3,7 +3,7 @@ create now, and the status. Nothing here remembers anything between calls: the T
 state, so an operator killed at any moment loses nothing and duplicates nothing.
 
 The status stays O(eval keys), never O(trials): counts, Job-style compressed index ranges and
-Harbor's per eval key stats (spec §e.3, §e.4) without the per-trial name lists.
+Harbor's per eval key stats (docs/harbor.md §e.3, §e.4) without the per-trial name lists.
 """
 
 from __future__ import annotations

@@ -305,8 +305,8 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
 
 def infrastructure_failure(status: TrialStatus, plan: TrialPlan, retries: int, reason: Reason,
                            message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
-    """An infrastructure failure: retried with a new pod while attempts remain (§b.8), else
-    the trial fails. Task failures, timeouts and reward-file errors never come here."""
+    """An infrastructure failure: retried with a new pod while attempts remain (docs/harbor.md
+    §b.8), else the trial fails. Task failures, timeouts and reward-file errors never come here."""
     if reason not in RETRYABLE or status.attempt > retries:
         return fail(status, reason, message, now)
     status = status.model_copy(deep=True)
@@ -404,7 +404,7 @@ def on_launch(status: TrialStatus, phase_id: str, result: PhaseStatus, now: date
 
 def on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: PhaseStatus,
               now: datetime) -> tuple[TrialStatus, Outcome]:
-    """A phase finished: record it and decide what follows (Harbor §b.3, §b.4, §b.6). Its
+    """A phase finished: record it and decide what follows (docs/harbor.md §b.3, §b.4, §b.6). Its
     pod goes back under the pod's network baseline."""
     status, outcome = _on_result(status, plan, phase_id, result, now)
     spec = plan.phase(phase_id)
@@ -496,7 +496,7 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
     if result.exit_code != 0:
         rec.message = f"agent exited with code {result.exit_code}"
         outcome.events.append(("Normal", Reason.AGENT_FINISHED, rec.message + "; verifying"))
-        if spec.oracle:  # the oracle never raises on a non-zero exit (§d.4)
+        if spec.oracle:  # the oracle never raises on a non-zero exit (docs/harbor.md §d.4)
             return None
         rec.state = "Failed"
         return HarborError.NON_ZERO_AGENT_EXIT, rec.message
@@ -590,7 +590,8 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
 
 def _abort_step(status: TrialStatus, plan: TrialPlan, step: StepRecord | None, error_type: str,
                 message: str, now: datetime, outcome: Outcome) -> tuple[TrialStatus, Outcome]:
-    """A step failed without a verifier result: the remaining steps are skipped (§b.4)."""
+    """A step failed without a verifier result: the remaining steps are skipped (docs/harbor.md
+    §b.4)."""
     assert step is not None
     step.state = "Failed"
     step.error = step.error or TrialError(type=error_type, message=message)

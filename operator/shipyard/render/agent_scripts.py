@@ -1,6 +1,6 @@
-"""The shell an installed agent's phase runs (Harbor's command lines, §d.2), from the run
-`shipyard.plan.agents` decided: the agent reads its instruction from `instruction` (stdin or a
-`--*-file` option, never a command line), its output goes to its log, and what follows it cuts
+"""The shell an installed agent's phase runs (Harbor's command lines, docs/harbor.md §d.2), from
+the run `shipyard.plan.agents` decided: the agent reads its instruction from `instruction` (stdin
+or a `--*-file` option, never a command line), its output goes to its log, and what follows it cuts
 the usage line and the native session the operator reads (`shipyard.reconcile.agent_result`).
 """
 
