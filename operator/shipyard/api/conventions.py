@@ -48,7 +48,23 @@ CANCEL_ANNOTATION = f"{DOMAIN}/cancel"
 record and logs (deleting the Trial would lose them)."""
 FINALIZER = f"{DOMAIN}/operator"
 OPERATOR_LEASE = "shipyard-operator"
-"""The coordination.k8s.io Lease whose holder alone drives trials (`reconcile.leader`)."""
+"""The coordination.k8s.io Lease whose holder alone drives trials (`reconcile.leader`): of an
+operator serving every namespace (and of the chart's pods, in their release namespace)."""
+MAX_LEASE_NAME = 253  # a DNS subdomain
+
+
+def operator_lease_name(namespaces: Iterable[str]) -> str:
+    """The Lease of an operator serving `namespaces` (none: every namespace), so that operators
+    serving different namespaces never wait for each other's Lease, and operators serving the
+    same ones elect one leader: `shipyard-operator.<ns>.<ns>...` (sorted; a namespace holds no
+    dot, so no two sets share a name), or `shipyard-operator-<hash>` when that is too long."""
+    served = sorted(set(namespaces))
+    if not served:
+        return OPERATOR_LEASE
+    name = ".".join([OPERATOR_LEASE, *served])
+    if len(name) <= MAX_LEASE_NAME:
+        return name
+    return f"{OPERATOR_LEASE}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 KOPF_ANNOTATION_PREFIX = DOMAIN
 """kopf keeps its progress and last-handled configuration under this prefix."""
 
