@@ -43,9 +43,9 @@ from shipyard.plan.phases import (
 from shipyard.plan.settings import TASK_WAIT_SEC
 from shipyard.reconcile.agent_result import (
     add_results,
+    agent_error,
     agent_result,
     classify_agent_error,
-    claude_code_error,
 )
 from shipyard.reconcile.agent_trajectory import agent_trajectory
 from shipyard.reconcile.pod_observation import PodObservation
@@ -525,7 +525,7 @@ def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: Phase
         text = json.dumps(trajectory, indent=1) if trajectory is not None else ""
         if text and len(text.encode()) <= TRAJECTORY_LIMIT_BYTES:  # never a truncated JSON
             outcome.logs[trajectory_key(spec)] = text
-    reported = claude_code_error(usage_text) if spec.installed_agent == "claude-code" else None
+    reported = agent_error(spec.installed_agent, usage_text)
     if error is None and reported is None:
         return None
     if error is not None and error[0] != "NonZeroAgentExitCodeError":
