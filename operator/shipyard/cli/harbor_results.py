@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase
+from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase, iso
 from shipyard.api.reasons import HarborError
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
@@ -265,7 +265,7 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
         "id": job_id or str(uuid.uuid5(uuid.NAMESPACE_URL, ",".join(
             sorted(r["id"] for r in results)))),
         "started_at": min(started) if started else None,
-        "updated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "updated_at": iso(now),
         "finished_at": max(finished) if all_done else None,
         "n_total_trials": len(results),
         "stats": job_stats(results, list(trials)),

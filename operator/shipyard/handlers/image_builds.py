@@ -12,6 +12,7 @@ from typing import Any
 
 import kopf
 
+from shipyard.api.conventions import LABEL_IMAGE_BUILD, iso, owner_references
 from shipyard.api.models import (
     GROUP,
     IMAGES_READY,
@@ -45,7 +46,6 @@ from shipyard.plan.images import (
 from shipyard.reconcile import image_build as machine
 from shipyard.render.build_job import (
     BUILD_CONTAINER,
-    LABEL_IMAGE_BUILD,
     build_context_configmaps,
     build_image_build,
     build_job,
@@ -59,7 +59,7 @@ _waiting: dict[tuple[str, str], set[str]] = {}  # (namespace, task) → trials w
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(datetime.now(UTC))
 
 
 def image_settings() -> ImageSettings:
@@ -216,7 +216,7 @@ def refresh_task_images(namespace: str, name: str) -> None:
     if patch["images"] == (raw.get("images") or {}) and before == cond:
         return
     if before is None or (before.status, before.reason) != (cond.status, cond.reason):
-        failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, "Pending")
+        failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, Reason.PENDING)
         kube_events.post_event(
             task, "Warning" if failed else "Normal",
             cond.reason if cond.status == "False" else IMAGES_READY, cond.message,
@@ -225,8 +225,7 @@ def refresh_task_images(namespace: str, name: str) -> None:
 
 
 def _owner_tasks(build: dict[str, Any]) -> list[str]:
-    return [o["name"] for o in build["metadata"].get("ownerReferences") or []
-            if o.get("kind") == "Task"]
+    return [o["name"] for o in owner_references(build, "Task")]
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

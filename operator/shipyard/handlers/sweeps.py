@@ -21,7 +21,15 @@ import kopf
 from pydantic import ValidationError
 
 from shipyard.api.compat import known_fields
-from shipyard.api.conventions import LABEL_SWEEP, iso, parse_time, selector_string, sweep_selector
+from shipyard.api.conventions import (
+    LABEL_SWEEP,
+    iso,
+    owner_name,
+    owner_references,
+    parse_time,
+    selector_string,
+    sweep_selector,
+)
 from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
@@ -65,8 +73,7 @@ _index: dict[tuple[str, str], SweepIndex] = {}
 
 
 def _owner(body: kopf.Body) -> str | None:
-    return next((o["name"] for o in body.get("metadata", {}).get("ownerReferences") or []
-                 if o.get("kind") == "Sweep"), None)
+    return owner_name(body, "Sweep")
 
 
 @kopf.on.event(GROUP, VERSION, "trials", labels={LABEL_SWEEP: kopf.PRESENT})
@@ -261,5 +268,4 @@ async def _until(stopped: kopf.DaemonStopped) -> None:
 
 def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:
     uid = sweep.get("metadata", {}).get("uid")
-    return any(o.get("kind") == "Sweep" and o.get("uid") == uid
-               for o in trial.get("metadata", {}).get("ownerReferences") or [])
+    return any(o.get("uid") == uid for o in owner_references(trial, "Sweep"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import condition
+from shipyard.api.conventions import condition, iso
 from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
@@ -66,7 +66,7 @@ async def recheck_bundle(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]]:
     """The Task's status and the Event that announces it."""
     generation = body["metadata"].get("generation")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = iso(datetime.now(UTC))
     try:
         task = await asyncio.to_thread(load_task, dict(body))
     except TaskUnavailable as e:
