@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from shipyard.api.conditions import carried
 from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
     LABEL_ATTEMPT,
@@ -322,10 +323,9 @@ def _add_tokens(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
 
 def _condition(type_: str, status: str, reason: str, message: str, now: datetime,
                generation: int | None, previous: Sequence[Mapping[str, Any]]) -> Condition:
-    before = condition(previous, type_, status=status)
-    since = (before or {}).get("lastTransitionTime") or iso(now)
-    return Condition(type=type_, status=status, reason=reason, message=message,
-                     last_transition_time=since, observed_generation=generation)
+    new = Condition(type=type_, status=status, reason=reason,  # type: ignore[arg-type]
+                    message=message, observed_generation=generation)
+    return carried(previous, new, iso(now))
 
 
 def _names(tasks: Sequence[TaskState]) -> str:

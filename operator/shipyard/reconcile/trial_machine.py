@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shipyard.api.conditions import set_condition
 from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     TERMINAL_CONDITIONS,
@@ -182,19 +183,9 @@ def pod_name(status: TrialStatus, role: Role) -> str | None:
 
 def _set_condition(status: TrialStatus, type_: str, value: str, reason: Reason, message: str,
                    now: datetime) -> None:
-    reason = str(reason)  # type: ignore[assignment]  # the plain word in the status
-    gen = status.observed_generation
-    for c in status.conditions:
-        if c.type == type_:
-            if c.status != value:
-                c.last_transition_time = iso(now)
-            c.status, c.reason, c.message = value, reason, message  # type: ignore[assignment]
-            c.observed_generation = gen
-            return
-    status.conditions.append(
-        Condition(type=type_, status=value, reason=reason, message=message,  # type: ignore[arg-type]
-                  last_transition_time=iso(now), observed_generation=gen)
-    )
+    set_condition(status.conditions, Condition(
+        type=type_, status=value, reason=str(reason),  # type: ignore[arg-type]  # the plain word
+        message=message, observed_generation=status.observed_generation), iso(now))
 
 
 def _fresh_records(plan: TrialPlan) -> tuple[list[PhaseRecord], list[StepRecord]]:
