@@ -68,6 +68,18 @@ def changed(before: Iterable[Any] | None, after: Iterable[Any],
     return [c for c in after if tuple(_get(c, f) for f in fields) not in seen]
 
 
+TRANSITION = ("type", "status", "reason")
+"""What a reader waits for in a condition (its message may change with any progress)."""
+
+
+def material(before: Iterable[Any] | None, after: Iterable[Any] | None) -> bool:
+    """The write policy's test: the conditions made a transition (a type, status or reason
+    came, went or changed), so the status is written soon rather than with the next batch."""
+    def keys(conditions: Iterable[Any] | None) -> list[tuple[Any, ...]]:
+        return [tuple(_get(c, f) for f in TRANSITION) for c in conditions or ()]
+    return keys(before) != keys(after)
+
+
 def event_key(c: Any) -> str:
     """The name an Event about a condition change is posted under (once, however often the
     same change is written): its type, status, reason and transition time."""

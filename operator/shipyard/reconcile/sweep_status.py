@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from shipyard.api.conditions import carried
+from shipyard.api.conditions import carried, material
 from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
     LABEL_ATTEMPT,
@@ -516,11 +516,6 @@ HEARTBEAT = 60.0
 """... or this many seconds, whichever comes first (running counts, mean)."""
 
 
-def _condition_keys(status: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
-    return [(c.get("type"), c.get("status"), c.get("reason"))
-            for c in (status or {}).get("conditions") or []]
-
-
 def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], since: float,
                 interval: float) -> float | None:
     """Seconds until the `wanted` status (API dicts) should replace the `written` one, `since`
@@ -530,7 +525,7 @@ def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], si
     writes stay a small fraction of the Trial creates however slow the Trials are."""
     if wanted == written:
         return None
-    if _condition_keys(wanted) != _condition_keys(written):
+    if material((written or {}).get("conditions"), wanted.get("conditions")):
         return max(0.0, CONDITION_DELAY - since)
     counts, before = wanted.get("counts") or {}, (written or {}).get("counts") or {}
     moved = abs((counts.get("completed") or 0) - (before.get("completed") or 0))

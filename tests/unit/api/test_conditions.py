@@ -3,7 +3,14 @@ changed, used by Trials, Sweeps, ImageBuilds' ImagesReady and Tasks."""
 
 from __future__ import annotations
 
-from shipyard.api.conditions import carried, changed, event_key, set_condition, transition_time
+from shipyard.api.conditions import (
+    carried,
+    changed,
+    event_key,
+    material,
+    set_condition,
+    transition_time,
+)
 from shipyard.api.models import Condition
 
 T0, T1 = "2026-11-26T10:00:00Z", "2026-11-26T10:05:00Z"
@@ -65,3 +72,12 @@ def test_event_key_names_the_transition() -> None:
     assert event_key(cond(last_transition_time=T0)) == f"Ready/True/R/{T0}"
     assert event_key({"type": "Failed", "status": "True", "reason": "X",
                       "lastTransitionTime": T1}) == f"Failed/True/X/{T1}"
+
+
+def test_material_is_a_transition_not_a_message() -> None:
+    before = [{"type": "Complete", "status": "False", "reason": "Running", "message": "3/10"}]
+    assert not material(before, [{**before[0], "message": "4/10"}])
+    assert material(before, [{**before[0], "status": "True", "reason": "AllTrialsFinished"}])
+    assert material(before, [])  # a condition went
+    assert material(None, before)  # one came
+    assert not material(None, [])
