@@ -69,7 +69,9 @@ PodRole = Role  # the pod a phase runs in
 
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
 INSTRUCTION_PATH = "/shipyard/instruction.md"
-ARTIFACTS_TAR = "/shipyard/artifacts.tar"
+ARTIFACTS_TAR = "/shipyard/state/artifacts.tar"
+"""Where the collect phase (as root) packs the artifacts: in the runner's own root-only folder,
+so no unprivileged process can swap it before the operator reads it."""
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TEST_STDOUT = "/logs/verifier/test-stdout.txt"
@@ -132,7 +134,11 @@ class CollectScript:
 
 @dataclass(frozen=True)
 class VerifierEnvironmentScript:
-    """A separate verifier pod's setup: log dirs and the agent environment's artifacts."""
+    """A separate verifier pod's setup: log dirs and the agent environment's artifacts, each
+    copied to its own declared path (`artifacts`, absolute) from the operator's clean tar
+    (`shipyard.render.artifact_bundle`)."""
+
+    artifacts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -329,8 +335,11 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
-            phases.append(collect_phase(settings.collect, settings.artifacts, step, i))
-            phases.append(verifier_environment_phase(step, i))
+            collect = collect_phase(settings.collect, settings.artifacts, step, i)
+            phases.append(collect)
+            assert isinstance(collect.script, CollectScript)
+            phases.append(verifier_environment_phase(
+                step, i, tuple(a.source for a in collect.script.artifacts)))
         phases.append(
             verifier_phase(task, step, i, _user(settings.verifier_user), verifier_timeout,
                            verifier_env, settings.collect, step_plan)
@@ -599,12 +608,14 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
                      script=CollectScript(tuple(hooks), main))
 
 
-def verifier_environment_phase(step: str | None, index: int | None) -> PhaseSpec:
+def verifier_environment_phase(step: str | None, index: int | None,
+                               artifacts: tuple[str, ...] = ()) -> PhaseSpec:
     """The separate verifier pod's setup: log dirs, an empty /logs/verifier, and the agent
-    environment's artifacts re-materialized at their original paths. The driver adds the
-    artifacts tar to the payload when it launches this phase."""
+    environment's artifacts re-materialized at their original paths (`artifacts`). The driver
+    adds the artifacts, read and cleaned by the operator, to the payload when it launches
+    this phase."""
     return PhaseSpec(name="verifier-environment", id=phase_id("verifier-environment", index),
-                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript())
+                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript(artifacts))
 
 
 def verifier_phase(

@@ -102,7 +102,7 @@ supervisor_lost() {
 launch() {
   # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
   # next launch starts it), never launched from a truncated tar.
-  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
+  [ -d "$STATE" ] || make_dirs
   bundle=$STATE/bundle.$$
   head -c "$2" >"$bundle"
   got=$(wc -c <"$bundle")
@@ -191,7 +191,7 @@ chain() {
       "launched" >&2
     return 1
   fi
-  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
+  [ -d "$STATE" ] || make_dirs
   for phase in "$@"; do
     id=${phase%%:*} key=""
     [ "$id" = "$phase" ] || key=${phase#*:}
@@ -202,6 +202,15 @@ chain() {
     fi
   done
   rm -rf "$staging"
+}
+
+# make_dirs: the runner's folders, made by the pod's first launch. The pod's /shipyard (an emptyDir,
+# world-writable as the kubelet makes it) becomes root's alone: task code running as another
+# user can neither swap what the runner keeps there nor plant a folder of its own.
+make_dirs() {
+  mkdir -p -m 711 "$PHASES"
+  mkdir -p -m 700 "$STATE"
+  chmod 755 "$ROOT" 2>/dev/null
 }
 
 finish() {
@@ -443,6 +452,19 @@ wait_result() {
 
 ready() { [ ! -s "$STATE/running" ]; }
 
+# artifacts LIMIT: the tar the collect phase packed (in the root-only state folder), as is, when
+# it is at most LIMIT bytes; else exit 5 saying how large it is (the operator reads no more).
+artifacts() {
+  f=$STATE/artifacts.tar
+  [ -f "$f" ] || { echo "shipyard runner: no artifacts were packed" >&2; return 4; }
+  size=$(wc -c <"$f")
+  if [ "$size" -gt "$1" ]; then
+    echo "shipyard runner: the artifacts tar is $((size)) bytes, over the limit of $1" >&2
+    return 5
+  fi
+  exec cat -- "$f"
+}
+
 # How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
 oom_kills() {
   for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
@@ -561,8 +583,9 @@ case $cmd in
   result) result "$@" ;;
   stop) stop "$@" ;;
   ready) ready ;;
+  artifacts) artifacts "$@" ;;
   sweep) sweep ;;
   put-secrets) put_secrets "$@" ;;
-  *) echo "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
+  *) echo "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | artifacts LIMIT | sweep | put-secrets ID" >&2
      exit 2 ;;
 esac

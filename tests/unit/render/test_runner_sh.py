@@ -838,3 +838,27 @@ def test_no_sweep_outside_a_pod(runner: Runner) -> None:
     pidfile = runner.root / "pid"
     runner.run_phase(phase(f"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}"))
     assert alive(int(pidfile.read_text()))
+
+
+# ---------------------------------------------------------------- artifacts, folders (issue 22)
+
+
+def test_artifacts_streams_the_packed_tar_within_its_limit_and_refuses_a_larger_one(
+        runner: Runner) -> None:
+    assert runner.run("artifacts", "100").returncode == 4  # nothing packed yet
+    runner.run_phase(phase("true"))  # the first launch makes the state folder
+    packed = bytes(range(256)) * 4
+    (runner.root / "state" / "artifacts.tar").write_bytes(packed)
+    got = runner.run("artifacts", str(len(packed)))
+    assert (got.returncode, got.stdout) == (0, packed)
+    over = runner.run("artifacts", str(len(packed) - 1))
+    assert over.returncode == 5 and over.stdout == b""
+    assert f"is {len(packed)} bytes, over the limit".encode() in over.stderr
+
+
+def test_the_first_launch_leaves_the_runner_s_folders_to_root_alone(runner: Runner) -> None:
+    runner.root.chmod(0o777)  # as the kubelet makes an emptyDir
+    runner.run_phase(phase("true"))
+    assert (runner.root.stat().st_mode & 0o7777) == 0o755
+    assert ((runner.root / "state").stat().st_mode & 0o7777) == 0o700
+    assert ((runner.root / "phases").stat().st_mode & 0o7777) == 0o711
