@@ -4,6 +4,9 @@ real test."""
 
 from __future__ import annotations
 
+import time
+
+from shipyard.api.conventions import LABEL_TRIAL, label_value
 from tests.e2e.conftest import TEST_IMAGE, brief, condition
 
 EXPECTED = "7c1e-answer-key"
@@ -171,3 +174,55 @@ def test_artifacts_over_the_limit_reach_no_verifier_and_say_why(shipyard):
                if e.reason == "ArtifactsSkipped"]
     assert skipped and "over the limit" in skipped[0], skipped
     assert condition(trial, "Complete") is not None
+
+
+def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
+    """Class 6, a malicious task: an integer too large for a float in reward.json, and a
+    multi-step trial whose logs (3 steps x agent and verifier, 600 KB each) are over 1 MiB
+    in all. Both end, with a reason, and leave no pod running."""
+    big_int = "1" + "0" * 400
+    huge = {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": f"#!/bin/bash\necho '{{\"reward\": {big_int}}}' > "
+                         "/logs/verifier/reward.json\n",
+    }
+    shipyard.task("huge-int", huge)
+    steps = "".join(f'[[steps]]\nname = "s{i}"\n[steps.agent]\ntimeout_sec = 60.0\n'
+                    for i in range(3))
+    chatty = {"task.toml": (f'schema_version = "1.4"\n[verifier]\ntimeout_sec = 60\n'
+                            f'[environment]\ndocker_image = "{TEST_IMAGE}"\n' + steps)}
+    for i in range(3):
+        chatty[f"steps/s{i}/instruction.md"] = f"Step {i}.\n"
+        chatty[f"steps/s{i}/tests/test.sh"] = (
+            "#!/bin/bash\nhead -c 600000 /dev/zero | tr '\\0' v\necho 1 > "
+            "/logs/verifier/reward.txt\n")
+    shipyard.task("chatty", chatty)
+    shipyard.trial("huge-int-nop", "huge-int", {"name": "nop"})
+    shipyard.trial("chatty-cmd", "chatty", {
+        "name": "command", "command": "head -c 600000 /dev/zero | tr '\\0' a"})
+    huge_trial = shipyard.wait("huge-int-nop", timeout=120)
+    cond = condition(huge_trial, "Failed")
+    assert cond is not None and cond["reason"] == "RewardFileInvalid", brief(huge_trial["status"])
+    assert "beyond 64 bits" in cond["message"], cond
+    chatty_trial = shipyard.wait("chatty-cmd", timeout=240)
+    assert chatty_trial["status"]["phase"] == "Completed", brief(chatty_trial["status"])
+    assert chatty_trial["status"]["rewards"] == {"reward": 1}
+    logs = shipyard.core.read_namespaced_config_map(chatty_trial["status"]["logsConfigMap"],
+                                                    shipyard.namespace).data
+    assert len(logs) == 6 and all("truncated by shipyard" in v for v in logs.values()), list(logs)
+    for name in ("huge-int-nop", "chatty-cmd"):
+        assert no_pod_left(shipyard, name), name
+
+
+def no_pod_left(shipyard, trial: str, timeout: float = 30) -> bool:
+    """Within `timeout`, the trial's pods are all gone or going."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = shipyard.core.list_namespaced_pod(
+            shipyard.namespace, label_selector=f"{LABEL_TRIAL}={label_value(trial)}").items
+        if not [p for p in pods if not p.metadata.deletion_timestamp]:
+            return True
+        time.sleep(1)
+    return False

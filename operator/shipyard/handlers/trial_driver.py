@@ -280,6 +280,16 @@ class TrialDriver:
             status.started_at = iso(now())
         await self.save(status, outcome)
 
+    async def give_up(self, message: str) -> None:
+        """End the trial (its driver failed the same way again and again): Failed with the
+        reason of the phase it was in, its pods removed. Nothing pending is written (the logs
+        that could not be may be why)."""
+        if machine.is_finished(self.status) or machine.terminal_condition(self.status):
+            await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+            return
+        await self.save(*machine.given_up(self.status, message, now()))
+        await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+
     async def loop_without_plan(self) -> None:
         """A trial that failed before it had a plan only needs its finish."""
         if machine.terminal_condition(self.status) is not None:

@@ -225,6 +225,8 @@ class TrialPlan:
     unschedulable_grace_sec: float = SchedulingSettings.unschedulable_grace_sec
     image_pull_grace_sec: float = SchedulingSettings.image_pull_grace_sec
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
+    log_key_bytes: int = SchedulingSettings.log_limit_bytes
+    """What each key of the logs ConfigMap keeps (`log_budget`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -370,6 +372,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         ),
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
+        log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
     )
 
 
@@ -652,6 +655,24 @@ def verifier_phase(
         collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT),
         log_files=(TEST_STDOUT,),
     )
+
+
+LOGS_BUDGET_BYTES = 900 * 1024
+"""What a trial's logs ConfigMap may hold in all (the apiserver refuses one over 1 MiB; the
+rest is room for its keys, metadata and truncation markers)."""
+MIN_LOG_BYTES = 2048
+MARKER_ROOM = 128  # `render.pod.TRUNCATED_MARKER`, formatted
+
+
+def log_budget(phases: list[PhaseSpec], limit: int) -> int:
+    """The most bytes one key of the logs ConfigMap may hold: the operator's log limit, split
+    among all the keys the trial writes (each step's agent and verifier logs and installed
+    agents' trajectories), so that a many-step trial's ConfigMap stays under the apiserver's
+    1 MiB (above it every write failed and the trial never ended)."""
+    keys = {log_key(p) for p in phases if p.log_files}
+    keys |= {trajectory_key(p) for p in phases if p.installed_agent}
+    share = LOGS_BUDGET_BYTES // max(1, len(keys)) - MARKER_ROOM
+    return max(MIN_LOG_BYTES, min(limit, share))
 
 
 def log_key(phase: PhaseSpec) -> str:

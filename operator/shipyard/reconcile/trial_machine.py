@@ -10,6 +10,7 @@ between the two therefore never mistakes the cleanup for a lost pod.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -248,6 +249,21 @@ def fail(status: TrialStatus, reason: Reason, message: str, now: datetime,
     return status, Outcome(events=[("Warning", reason, message)])
 
 
+GIVE_UP_REASONS = {
+    "environment": Reason.ENVIRONMENT_SETUP_FAILED, "setup": Reason.ENVIRONMENT_SETUP_FAILED,
+    "healthcheck": Reason.HEALTHCHECK_FAILED, "agent": Reason.AGENT_FAILED,
+}
+
+
+def given_up(status: TrialStatus, message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
+    """The operator failed the same way, time after time, driving this trial (e.g. a value
+    it cannot store): the trial ends with the reason of the phase it was in (the verifier's
+    for verification and anything after), never a retry."""
+    rec = current_record(status)
+    reason = GIVE_UP_REASONS.get(rec.name if rec else "", Reason.VERIFIER_FAILED)
+    return fail(status, reason, message, now)
+
+
 def task_wait_deadline(created_at: datetime | None, now: datetime,
                        wait_sec: float = TASK_WAIT_SEC) -> datetime:
     """Until when a Trial waits for its Task to appear (Trial and Task may be applied in any
@@ -294,7 +310,7 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
     logs: dict[str, str] = {}
     if rec is not None and plan is not None and stopped is not None and stopped.done:
         spec = plan.phase(rec.id or rec.name)
-        logs = _logs(spec, stopped, plan.log_limit_bytes)
+        logs = _logs(spec, stopped, plan.log_key_bytes)
         rec.exit_code = stopped.exit_code
     status, outcome = fail(status, Reason.CANCELLED,
                            f"cancelled by the {CANCEL_ANNOTATION} annotation{where}", now,
@@ -337,9 +353,9 @@ def _skip_rest(status: TrialStatus) -> None:
             s.state = "Skipped"
 
 
-def _complete(status: TrialStatus, rewards: dict[str, float], now: datetime,
+def _complete(status: TrialStatus, rewards: Mapping[str, float | int], now: datetime,
               note: str = "") -> Outcome:
-    status.rewards = {k: float(v) for k, v in rewards.items()}
+    status.rewards = dict(rewards)
     status.reward = status.rewards.get("reward")
     summary = ", ".join(f"{k}={v:g}" for k, v in status.rewards.items())
     message = f"reward recorded: {summary}{note}"
@@ -422,7 +438,7 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     rec.exit_code = result.exit_code
     rec.timed_out = result.timed_out
     rec.state = "Succeeded"
-    outcome = Outcome(logs=_logs(spec, result, plan.log_limit_bytes))
+    outcome = Outcome(logs=_logs(spec, result, plan.log_key_bytes))
     runner_failed = result.exit_code == 126 and "shipyard runner:" in result.output
     step = step_record(status, spec.step)
     if step is not None and step.state == "Pending":
@@ -452,7 +468,8 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     elif kind == "agent":
         error = _agent_error(spec, rec, result, runner_failed, outcome)
         if spec.installed_agent is not None:
-            error = _installed_agent_outcome(status, spec, result, error, outcome)
+            error = _installed_agent_outcome(status, spec, result, error, outcome,
+                                             min(TRAJECTORY_LIMIT_BYTES, plan.log_key_bytes))
         if error is not None:
             if step is not None:  # multi-step: recorded on the step, verification goes on
                 step.error = step.error or TrialError(type=error[0], message=error[1])
@@ -507,7 +524,8 @@ TRAJECTORY_LIMIT_BYTES = 256 * 1024
 
 
 def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: PhaseStatus,
-                             error: tuple[str, str] | None, outcome: Outcome
+                             error: tuple[str, str] | None, outcome: Outcome,
+                             trajectory_limit: int = TRAJECTORY_LIMIT_BYTES
                              ) -> tuple[str, str] | None:
     """Record what an installed agent reported (`status.agentResult`; summed over the steps
     of a multi-step trial), keep its ATIF trajectory with the logs, and classify its failure
@@ -523,7 +541,7 @@ def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: Phase
         trajectory = agent_trajectory(spec.installed_agent, native.text(),
                                       spec.agent_version or "unknown", spec.model, found)
         text = json.dumps(trajectory, indent=1) if trajectory is not None else ""
-        if text and len(text.encode()) <= TRAJECTORY_LIMIT_BYTES:  # never a truncated JSON
+        if text and len(text.encode()) <= trajectory_limit:  # never a truncated JSON
             outcome.logs[trajectory_key(spec)] = text
     reported = claude_code_error(usage_text) if spec.installed_agent == "claude-code" else None
     if error is None and reported is None:
@@ -542,7 +560,7 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
                      step: StepRecord | None, result: PhaseStatus, runner_failed: bool,
                      outcome: Outcome, now: datetime) -> tuple[TrialStatus, Outcome]:
     error: tuple[Reason, str, str] | None = None  # (reason, harbor exception, message)
-    rewards: dict[str, float] = {}
+    rewards: dict[str, float | int] = {}
     if runner_failed:
         error = (Reason.VERIFIER_FAILED, HarborError.RUNTIME, _tail(result.output))
     elif result.timed_out:
@@ -570,7 +588,7 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
     if step is None:
         outcome.events.extend(_complete(status, rewards, now).events)
         return status, outcome
-    step.rewards = {k: float(v) for k, v in rewards.items()}
+    step.rewards = dict(rewards)
     step.state = "Succeeded"  # an agent error stays on record; the reward still counts
     summary = ", ".join(f"{k}={v:g}" for k, v in step.rewards.items())
     outcome.events.append(("Normal", Reason.STEP_REWARDED, f"step {step.name}: {summary}"))

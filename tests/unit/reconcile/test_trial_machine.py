@@ -408,6 +408,9 @@ def test_reward_json_with_several_keys_records_them_all() -> None:
         REWARD_JSON: b'{"reward": 0.5, "style": 1, "passed": true}'})})
     assert run.status.rewards == {"reward": 0.5, "style": 1.0, "passed": 1.0}
     assert run.status.reward == 0.5
+    # Harbor's types: integers stay integers, in the status as written (`1`, not `1.0`).
+    dumped = run.status.model_dump(by_alias=True, mode="json")["rewards"]
+    assert [type(v) for v in dumped.values()] == [float, int, int]
 
 
 def test_reward_is_set_only_when_the_reward_key_exists() -> None:
@@ -438,9 +441,11 @@ def test_test_script_exit_code_plays_no_part() -> None:
         ({REWARD_JSON: b"{not json"}, "RewardFileInvalid", "VerifierOutputParseError"),
         ({REWARD_JSON: b"[1, 2]"}, "RewardFileInvalid", "VerifierOutputParseError"),
         ({REWARD_JSON: b'{"reward": "high"}'}, "RewardFileInvalid", "VerifierOutputParseError"),
+        ({REWARD_JSON: b'{"reward": 1' + b"0" * 400 + b"}"}, "RewardFileInvalid",
+         "VerifierOutputParseError"),
     ],
     ids=["missing", "empty-txt", "empty-json", "garbage-txt", "nan", "garbage-json",
-         "json-array", "json-string-value"],
+         "json-array", "json-string-value", "int-too-big-for-a-float"],
 )
 def test_unusable_reward_file_fails_the_trial(files: dict[str, bytes], reason: str,
                                               error_type: str) -> None:
