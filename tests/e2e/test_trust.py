@@ -226,3 +226,35 @@ def no_pod_left(shipyard, trial: str, timeout: float = 30) -> bool:
             return True
         time.sleep(1)
     return False
+
+
+KILL = ("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+        "case \"$c\" in {pattern}) echo \"killing $c\"; kill -9 ${{p#/proc/}};; esac; done; "
+        "sleep 20")
+
+
+def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
+    """Class 7: a losing agent kills its pod's keep-alive (root) or the probe container's
+    httpd (as nobody, the probe's own user): its failure, AgentFailed, not a retried PodLost,
+    although the Trial allows retries."""
+    test_sh = "echo 0 > /logs/verifier/reward.txt\n"
+    root = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+            "instruction.md": "Lose.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh}
+    # A long agent timeout: the pod gets the probe container (its httpd runs as nobody).
+    nobody = dict(root, **{"task.toml": root["task.toml"].replace(
+        "[agent]\ntimeout_sec = 60\n", '[agent]\ntimeout_sec = 600\nuser = "nobody"\n')})
+    shipyard.task("reroll", root)
+    shipyard.task("reroll-nobody", nobody)
+    shipyard.trial("reroll-root", "reroll", {"name": "command", "command": KILL.format(
+        pattern="'sleep infinity ')")}, retries=2)
+    shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "command": KILL.format(
+        pattern="httpd*")}, retries=2)
+    for name in ("reroll-root", "reroll-probe"):
+        trial = shipyard.wait(name, timeout=180)
+        failed = condition(trial, "Failed")
+        assert failed is not None and failed["reason"] == "AgentFailed", (
+            name, brief(trial["status"]))
+        assert "not retried" in failed["message"], failed
+        assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), name
+        assert no_pod_left(shipyard, name), name

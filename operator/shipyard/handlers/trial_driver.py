@@ -554,6 +554,7 @@ class TrialDriver:
         else:
             phases = (phase_id,)
         attempt = unavailable = 0
+        runner_ran = False  # the last answer came from the runner, but was no usable one
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
                 command == "launch") else None
@@ -572,6 +573,7 @@ class TrialDriver:
                     self.unsaved_execs += 1
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
+                runner_ran = reply.exit_code is not None
             match decided:
                 case exec_policy.Answered(results=results):
                     return results
@@ -588,7 +590,8 @@ class TrialDriver:
                 continue
             attempt += 1
         pod = observe_pod(await self.call(objects.get_pod, self.namespace, pod_name))
-        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now())
+        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now(),
+                                          runner_ran)
         if failed is not None:
             await self.save(*failed)
         return None

@@ -249,18 +249,12 @@ def fail(status: TrialStatus, reason: Reason, message: str, now: datetime,
     return status, Outcome(events=[("Warning", reason, message)])
 
 
-GIVE_UP_REASONS = {
-    "environment": Reason.ENVIRONMENT_SETUP_FAILED, "setup": Reason.ENVIRONMENT_SETUP_FAILED,
-    "healthcheck": Reason.HEALTHCHECK_FAILED, "agent": Reason.AGENT_FAILED,
-}
-
-
 def given_up(status: TrialStatus, message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
     """The operator failed the same way, time after time, driving this trial (e.g. a value
     it cannot store): the trial ends with the reason of the phase it was in (the verifier's
     for verification and anything after), never a retry."""
     rec = current_record(status)
-    reason = GIVE_UP_REASONS.get(rec.name if rec else "", Reason.VERIFIER_FAILED)
+    reason = TASK_FAILURE_REASONS.get(rec.name if rec else "", Reason.VERIFIER_FAILED)
     return fail(status, reason, message, now)
 
 
@@ -730,14 +724,53 @@ def _network_switch(plan: TrialPlan, spec: PhaseSpec, pod: PodObservation, now: 
     return None
 
 
+OWN_PHASES = ("environment", "verifier-environment")
+"""Phases that run no task code (Shipyard's own preparation of a pod)."""
+TASK_FAILURE_REASONS = {
+    "environment": Reason.ENVIRONMENT_SETUP_FAILED, "setup": Reason.ENVIRONMENT_SETUP_FAILED,
+    "healthcheck": Reason.HEALTHCHECK_FAILED, "agent": Reason.AGENT_FAILED,
+}
+
+
+def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord
+                  ) -> PhaseRecord | None:
+    """The last phase of task code (agent, setup, healthcheck, collect hooks, verifier)
+    launched in the current pod of `role` (for a verifier pod: of the current step), if any."""
+    found = None
+    for r in status.phases:
+        spec = plan.phase(r.id or r.name)
+        if (r.launched and spec.pod == role and r.name not in OWN_PHASES
+                and (role != Role.VERIFIER or r.step == current.step)):
+            found = r
+    return found
+
+
+def task_failure(ran: PhaseRecord, what: str) -> tuple[Reason, str]:
+    """A pod broken by what ran in it (its container ended, its runner stopped answering):
+    the failure of the phase's code, never a retried infrastructure failure (a losing agent
+    must not get a free re-roll by killing its container)."""
+    where = f"{ran.step}/{ran.name}" if ran.step else ran.name
+    return (TASK_FAILURE_REASONS.get(ran.name, Reason.VERIFIER_FAILED),
+            f"{what}, after the {where} phase's code ran in it: that code's failure, not "
+            "retried")
+
+
 def unanswered_execs(status: TrialStatus, plan: TrialPlan, retries: int, role: Role,
-                     pod: PodObservation, now: datetime
+                     pod: PodObservation, now: datetime, runner_ran: bool = False
                      ) -> tuple[TrialStatus, Outcome] | None:
     """The runner in the pod of `role` answered none of the execs: when the pod is gone or
     lost, None (look again: the pod failure decides); else it still looks alive but does not
-    answer, an infrastructure failure (retried while attempts remain)."""
+    answer, an infrastructure failure (retried while attempts remain), unless the runner did
+    run (`runner_ran`: it exited non-zero or answered what cannot be read) after task code
+    ran in the pod (which can break the runner's programs): then that code's failure."""
     if not pod.exists or pod.lost:
         return None
+    rec = current_record(status)
+    ran = task_code_ran(status, plan, role, rec) if runner_ran and rec is not None else None
+    if ran is not None:
+        reason, message = task_failure(
+            ran, f"the runner in pod {pod_name(status, role)} answered no exec usably")
+        return infrastructure_failure(status, plan, retries, reason, message, now)
     return infrastructure_failure(status, plan, retries, Reason.POD_LOST,
                                   f"the pod {pod_name(status, role)} stopped answering execs",
                                   now)
@@ -833,6 +866,9 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
+        ran = task_code_ran(status, plan, role, rec) if pod.container_exit else None
+        if reason == Reason.POD_LOST and ran is not None:
+            return task_failure(ran, pod.lost.replace("environment pod", f"{what} pod"))
         return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
         if pod.image_pull_permanent:
