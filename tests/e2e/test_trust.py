@@ -258,3 +258,53 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
         assert "not retried" in failed["message"], failed
         assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), name
         assert no_pod_left(shipyard, name), name
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_a_gzip_bomb_task_bundle_is_refused_with_the_operator_s_memory_bounded(
+        operator, shipyard, namespace):
+    """Class 5: a ~500 KB bundle that decompresses to 512 MiB. The Task says why it is invalid,
+    a Trial of it fails TaskInvalid at once, and the operator's RSS grows by less than
+    100 MiB (the limit is 128 MiB, measured before anything is kept)."""
+    import base64
+    import gzip
+    import io
+    import tarfile
+
+    from shipyard.api.models import GROUP, VERSION
+    from shipyard.api.task_source import BUNDLE_KEY, split_bundle
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        info = tarfile.TarInfo("environment/big.bin")
+        info.size = 512 << 20
+        gz.write(info.tobuf(format=tarfile.GNU_FORMAT))
+        chunk = b"\0" * (1 << 20)
+        for _ in range(512):
+            gz.write(chunk)
+    bomb = buf.getvalue()
+    parts = split_bundle(bomb)
+    assert operator.proc is not None
+    before = _rss_kib(operator.proc.pid)
+    for i, part in enumerate(parts):
+        shipyard.core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": f"bomb-files-{i}"},
+            "binaryData": {BUNDLE_KEY: base64.b64encode(part).decode()}})
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Task", "metadata": {"name": "bomb"},
+        "spec": {"source": {"configMap": {"name": "bomb-files", "parts": len(parts)}}}})
+    ready = condition(shipyard.wait_task("bomb"), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "TaskInvalid"), ready
+    assert "once decompressed (limit 128 MiB)" in ready["message"], ready
+    shipyard.trial("bomb-oracle", "bomb")
+    trial = shipyard.wait("bomb-oracle", timeout=60)
+    assert condition(trial, "Failed")["reason"] == "TaskInvalid", brief(trial["status"])
+    grown = _rss_kib(operator.proc.pid) - before
+    assert grown < 100 * 1024, f"the operator's RSS grew by {grown} KiB"
