@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -830,6 +831,66 @@ def test_a_base_forged_by_the_agent_spares_none_of_its_processes(runner: Runner,
     assert runner.wait("verifier").exit_code == 0, "a process of the agent still writes"
     assert [c for c in pod_like.live() if "sleep 1000" not in c] == []
     assert any("sleep 1000" in c for c in pod_like.live())
+
+
+# Issue 22 (class 2): processes that hid from the sweep's parsing of concatenated stat files.
+PY_NAMED = ("import os, time\n"
+            "open('/proc/self/comm', 'w').write({name!r})\n"
+            "while True:\n    open({out!r}, 'w').write('1')\n    time.sleep(0.05)\n")
+PY_ZOMBIE_LEADER = (
+    "import ctypes, os, threading, time\n"
+    "def forge():\n    while True:\n        open({out!r}, 'w').write('1')\n"
+    "        time.sleep(0.05)\n"
+    "threading.Thread(target=forge).start()\n"
+    "time.sleep(0.2)\n"
+    "ctypes.CDLL(None).pthread_exit(None)\n")  # the leader a zombie, its thread lives on
+
+
+@pytest.mark.parametrize("program", [
+    PY_NAMED.replace("{name!r}", repr("x\n1 (y) S 1 1 1")),  # a newline in its name
+    PY_NAMED.replace("{name!r}", repr(") ) Z 0 0")),  # parentheses and a state in its name
+    PY_ZOMBIE_LEADER,
+], ids=["newline-name", "parens-name", "zombie-leader"])
+def test_processes_that_hid_from_the_sweep_are_ended(runner: Runner, pod_like: PidNamespace,
+                                                     program: str) -> None:
+    runner.prefix = pod_like.enter()
+    out = runner.root / "forged"
+    script = runner.root / "forger.py"
+    script.write_text(program.replace("{out!r}", repr(str(out))))
+    result = runner.run_phase(phase(
+        f"setsid {sys.executable} {script} >/dev/null 2>&1 &\nsleep 0.5\n"), "agent")
+    assert result.exit_code == 0, result.output
+    assert out.exists(), result.output  # the forger ran
+    out.unlink()
+    time.sleep(0.3)
+    assert not out.exists(), "a process of the agent phase still writes"
+    assert pod_like.live() == []
+
+
+def test_what_an_image_process_starts_for_the_agent_is_ended_the_image_process_kept(
+        runner: Runner, pod_like: PidNamespace) -> None:
+    """An image daemon from before the first phase (the probe's httpd running a CGI script
+    from a folder the agent wrote, cron running the agent's crontab) starts a forger at the
+    agent's request: the daemon stays, the forger goes."""
+    runner.prefix = pod_like.enter()
+    trigger, out = runner.root / "trigger", runner.root / "forged"
+    daemon = runner.root / "daemon.sh"
+    daemon.write_text(f"while :; do if [ -f {trigger} ]; then rm -f {trigger}; "
+                      f"sh -c '{FORGER.format(out=out)}' & fi; sleep 0.05; done\n")
+    subprocess.run([*runner.prefix, "sh", "-c", f"setsid sh {daemon} >/dev/null 2>&1 &"],
+                   check=True)
+    time.sleep(0.05)
+    first = runner.launch("environment", phase("true"))
+    runner.wait("environment")
+    runner.launch("agent", phase(f"touch {trigger}; sleep 0.5"), base=first.base)
+    runner.wait("agent")
+    assert out.exists()
+    out.unlink()
+    time.sleep(0.3)
+    assert not out.exists(), "the forger the daemon started for the agent still writes"
+    live = pod_like.live()
+    assert [c for c in live if "daemon.sh" in c], live
+    assert not [c for c in live if "daemon.sh" not in c and "sleep" not in c], live
 
 
 def test_no_sweep_outside_a_pod(runner: Runner) -> None:
