@@ -340,6 +340,9 @@ supervise() {
   wait "$child"
   rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+  # Its environment (a verifier's [verifier.env] values, e.g. a judge's key) is not left on
+  # disk for the phases after it.
+  rm -f "$p/env" "$p/env.sh"
   [ "$OWN" = 1 ] || sweep  # Shipyard's own phase (no task code) leaves nothing to end
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0

@@ -923,3 +923,10 @@ def test_the_first_launch_leaves_the_runner_s_folders_to_root_alone(runner: Runn
     assert (runner.root.stat().st_mode & 0o7777) == 0o755
     assert ((runner.root / "state").stat().st_mode & 0o7777) == 0o700
     assert ((runner.root / "phases").stat().st_mode & 0o7777) == 0o711
+
+
+def test_a_phase_s_environment_file_is_gone_once_it_ends(runner: Runner) -> None:
+    """A shared verifier's [verifier.env] (a judge's key) is not left for the next step."""
+    result = runner.run_phase(phase("echo $JUDGE_KEY", env={"JUDGE_KEY": "judge-4d2"}), "s1-v")
+    assert result.output == "judge-4d2\n"
+    assert not list((runner.root / "phases" / "s1-v").glob("env*"))
