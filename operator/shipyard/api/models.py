@@ -6,9 +6,9 @@ keep Harbor's own names.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from shipyard.agents import BUILT_IN_AGENTS, INSTALLED_AGENTS
@@ -328,12 +328,16 @@ class AgentResult(Model):
     turns: int | None = None
 
 
+RewardValue = Annotated[int | float, WithJsonSchema({"type": "number"})]
+"""A reward as Harbor types it (`float | int`): an integer stays one (`1`, not `1.0`)."""
+
+
 class StepRecord(Model):
     """One step of a multi-step trial: its outcome and rewards (its phases are in `phases`)."""
 
     name: str
     state: StepState = "Pending"
-    rewards: dict[str, float] | None = None
+    rewards: dict[str, RewardValue] | None = None
     error: TrialError | None = None
     message: str | None = None
 
@@ -362,8 +366,8 @@ class TrialStatus(Model):
     pod_process_base: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    reward: float | None = None
-    rewards: dict[str, float] | None = None
+    reward: RewardValue | None = None
+    rewards: dict[str, RewardValue] | None = None
     phases: list[PhaseRecord] = []
     steps: list[StepRecord] = []
     error: TrialError | None = None

@@ -81,6 +81,7 @@ class Reason(StrEnum):
     AGENT_TIMEOUT = "AgentTimeout"
     AGENT_FINISHED = "AgentFinished"
     STEP_REWARDED = "StepRewarded"
+    ARTIFACTS_SKIPPED = "ArtifactsSkipped"  # a separate verifier gets fewer artifacts: why
     MIN_REWARD_NOT_MET = "MinRewardNotMet"
     COMPLETED = "Completed"  # the finished trial's phase
     FAILED = "Failed"

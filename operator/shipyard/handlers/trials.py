@@ -41,7 +41,7 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
     driven = trial_tasks.update(namespace, name, raw)
     unfinished = _unfinished(raw.get("status") or {})
     if not driven and unfinished:
-        trial_tasks.start(namespace, name, raw, logger, drive, reread)
+        trial_tasks.start(namespace, name, raw, logger, drive, reread, give_up)
     left = pod_watch.trial_seen(namespace, name, not unfinished,
                                 bool((raw.get("spec") or {}).get("keepPods")))
     if left and not driven:
@@ -52,6 +52,10 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
 
 async def drive(body: kopf.Body, logger: logging.Logger) -> None:
     await TrialDriver(body, logger, config.current()).run()
+
+
+async def give_up(body: kopf.Body, logger: logging.Logger, message: str) -> None:
+    await TrialDriver(body, logger, config.current()).give_up(message)
 
 
 async def reread(namespace: str, name: str) -> dict[str, Any] | None:
