@@ -266,21 +266,6 @@ def resume_cmd(name: str, namespace: str | None) -> None:
     _set_suspend(name, namespace, False)
 
 
-def current_trials(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The latest Trial of every plan slot, and how many older ones a retry superseded."""
-    from shipyard.reconcile.sweep_status import observe
-
-    latest: dict[tuple[str, str, int], tuple[int, dict[str, Any]]] = {}
-    for t in trials:
-        seen = observe(t)
-        if seen is None:
-            continue
-        if seen.slot_key not in latest or latest[seen.slot_key][0] < seen.generation:
-            latest[seen.slot_key] = (seen.generation, t)
-    kept = [t for _, t in latest.values()]
-    return kept, len(trials) - len(kept)
-
-
 @sweep.command("results")
 @click.argument("name")
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path, file_okay=False),
@@ -294,28 +279,17 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     rewards and logs, as Harbor writes a job."""
     from shipyard.api.conventions import selector_string, sweep_selector
     from shipyard.cli.get_cmd import trial_logs, write_job_dir
-    from shipyard.cli.harbor_results import job_result
+    from shipyard.cli.harbor_results import sweep_job
     from shipyard.kube.trials import list_objects
 
     ns = namespace_or_default(namespace)
     obj = _get_sweep(ns, name)
-    uid = obj["metadata"].get("uid")
-    selector = selector_string(sweep_selector(name))
-    trials = [t for t in list_objects("trials", ns, selector)
-              if any(o.get("uid") == uid for o in t["metadata"].get("ownerReferences") or [])]
-    trials.sort(key=lambda t: t["metadata"]["name"])
-    kept, superseded = current_trials(trials)
-    tasks = {f"{ns}/{t['metadata']['name']}": t for t in list_objects("tasks", ns)}
-    status = obj.get("status") or {}
-    job = job_result(kept, tasks, datetime.now(UTC), job_id=uid)
-    job["n_total_trials"] = (status.get("counts") or {}).get("planned", len(kept))
-    job["started_at"] = job["started_at"] or status.get("startTime") or \
-        obj["metadata"].get("creationTimestamp")
-    job["finished_at"] = status.get("completionTime")
-    job["stats"]["n_retries"] += superseded
+    trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
+    job, kept = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
     if output_dir is not None:
         write_job_dir(output_dir, job, trial_logs(kept))
-        err().print(f"wrote {output_dir}/result.json and {len(kept)} trial directories")
+        err().print(f"wrote {output_dir}/result.json and {len(job['trial_results'])} trial "
+                    "directories")
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
