@@ -10,6 +10,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from shipyard.kube.metrics import timed_request
+
 _lock = threading.Lock()
 _count_lock = threading.Lock()
 _requests = 0
@@ -27,7 +29,13 @@ class CountingApiClient(client.ApiClient):
         count_request()
         if kwargs.get("_preload_content", True) and kwargs.get("_request_timeout") is None:
             kwargs["_request_timeout"] = REQUEST_TIMEOUT
-        return super().call_api(*args, **kwargs)
+        path, method = (*args, None, None)[:2]
+        path = kwargs.get("resource_path", path) or ""
+        method = kwargs.get("method", method) or "GET"
+        path_params = args[2] if len(args) > 2 else kwargs.get("path_params")
+        query = args[3] if len(args) > 3 else kwargs.get("query_params")
+        with timed_request(method, path, path_params, query):
+            return super().call_api(*args, **kwargs)
 
 
 def count_request() -> None:
