@@ -19,7 +19,7 @@ from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finishe
 from shipyard.api.reasons import HarborError
 from shipyard.api.sweep import SweepSpec
 from shipyard.cli.formatting import parse_time
-from shipyard.plan.sweep import expand, trial_body
+from shipyard.plan.sweep import dataset_name, expand, trial_body
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
     exception_info,
@@ -297,6 +297,8 @@ def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> di
     rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
     ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt`."""
     files = {"result.json": json.dumps(result, indent=2) + "\n"}
+    if result.get("config"):  # Harbor's TrialConfig: the viewer's trial config page
+        files["config.json"] = json.dumps(result["config"], indent=2) + "\n"
     rewards = (result.get("verifier_result") or {}).get("rewards")
     if rewards is not None:
         name, text = _reward_file(rewards)
@@ -355,12 +357,12 @@ def unrunnable_trial(sweep: Mapping[str, Any], spec: SweepSpec, view: SlotView,
 
 
 def sweep_job(sweep: Mapping[str, Any], trials: list[Mapping[str, Any]],
-              tasks: list[Mapping[str, Any]], now: datetime) -> tuple[dict[str, Any],
-                                                                       list[dict[str, Any]]]:
+              tasks: list[Mapping[str, Any]], now: datetime
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """A Sweep's Harbor JobResult over its plan slots in plan order: the current Trial of each
     slot, and a failed TrialResult for each slot whose Task cannot run; the stats are the
-    status's (`sweep_results`), computed the same way from the same slots. Returns the job and
-    the Trials (real ones, for their logs)."""
+    status's (`sweep_results`), computed the same way from the same slots. Returns the job,
+    the Trials (real ones, for their logs) and Harbor's JobConfig of the Sweep."""
     spec, states, views, superseded = sweep_views(sweep, trials, tasks, now)
     by_task = {f"{t['metadata'].get('namespace', '')}/{t['metadata']['name']}": t
                for t in tasks}
@@ -387,4 +389,43 @@ def sweep_job(sweep: Mapping[str, Any], trials: list[Mapping[str, Any]],
     job["started_at"] = job["started_at"] or status.get("startTime") or \
         sweep["metadata"].get("creationTimestamp")
     job["finished_at"] = status.get("completionTime")
-    return job, real
+    return job, real, job_config(sweep, spec, [s.name for s in states], ".")
+
+
+def job_config(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[str],
+               jobs_dir: str) -> dict[str, Any]:
+    """Harbor's JobConfig (the job's `config.json`) of a Sweep: its agents with their models,
+    its dataset and tasks, the attempts and parallelism, the environment overrides. Harbor's
+    viewer lists a job's agents, models and datasets from it."""
+    name = sweep["metadata"]["name"]
+    template = spec.trial_template.model_dump(by_alias=True, exclude_none=True, mode="json")
+    agents = []
+    for agent in spec.agents:
+        entry: dict[str, Any] = {"name": agent.name}
+        if agent.model:
+            entry["model_name"] = agent.model
+        if agent.parallelism is not None:
+            entry["n_concurrent"] = agent.parallelism
+        agents.append(entry)
+    environment: dict[str, Any] = {"kwargs": {
+        "runner": "shipyard", "namespace": sweep["metadata"].get("namespace", ""),
+        "sweep": name}}
+    env = template.get("environment") or {}
+    for ours, theirs in (("overrideCpus", "override_cpus"),
+                         ("overrideMemoryMb", "override_memory_mb"),
+                         ("overrideStorageMb", "override_storage_mb")):
+        if env.get(ours) is not None:
+            environment[theirs] = env[ours]
+    config: dict[str, Any] = {
+        "job_name": name,
+        "jobs_dir": jobs_dir,
+        "n_attempts": spec.attempts,
+        "n_concurrent_trials": spec.parallelism,
+        "environment": environment,
+        "metrics": [{"type": m.type} for m in spec.metrics],
+        "agents": agents,
+        "datasets": [{"name": dataset_name(name, spec), "task_names": list(tasks)}],
+    }
+    if template.get("timeoutMultiplier") not in (None, 1.0):
+        config["timeout_multiplier"] = template["timeoutMultiplier"]
+    return config

@@ -269,14 +269,16 @@ def resume_cmd(name: str, namespace: str | None) -> None:
 @sweep.command("results")
 @click.argument("name")
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="Write Harbor's job directory layout here.")
+              default=None, help="Write Harbor's job directory into DIR/NAME (Harbor's jobs "
+              "directory layout: `harbor view DIR` opens it).")
 @click.option("--json", "as_json", is_flag=True, help="Print Harbor's JobResult JSON.")
 @NAMESPACE_OPTION
 def results_cmd(name: str, output_dir: Path | None, as_json: bool,
                 namespace: str | None) -> None:
     """A sweep's results: Harbor's JobResult (stats, metrics, pass@k per eval key) over the
-    current Trial of each plan slot; with -o, DIR/result.json and DIR/<trial>/result.json,
-    rewards and logs, as Harbor writes a job."""
+    current Trial of each plan slot (a slot whose Task cannot run counts as an error); with -o,
+    DIR/NAME/config.json, result.json and a directory per trial (result.json, config.json,
+    rewards and logs), as Harbor writes a job."""
     from shipyard.api.conventions import selector_string, sweep_selector
     from shipyard.cli.get_cmd import trial_logs, write_job_dir
     from shipyard.cli.harbor_results import sweep_job
@@ -285,11 +287,13 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     ns = namespace_or_default(namespace)
     obj = _get_sweep(ns, name)
     trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
-    job, kept = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
+    job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
     if output_dir is not None:
-        write_job_dir(output_dir, job, trial_logs(kept))
-        err().print(f"wrote {output_dir}/result.json and {len(job['trial_results'])} trial "
-                    "directories")
+        job_dir = output_dir / name
+        write_job_dir(job_dir, job, trial_logs(kept), {**config, "jobs_dir": str(output_dir)})
+        err().print(f"wrote {job_dir}/ (config.json, result.json and "
+                    f"{len(job['trial_results'])} trial directories); open it with: harbor "
+                    f"view {output_dir}")
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
@@ -302,3 +306,40 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
         click.echo(f"{key}: {stats['n_trials']} trial(s) with rewards, {stats['n_errors']} "
                    f"error(s), {metric}" + (f", {passes}" if passes else "")
                    + (f", {spent}" if spent else ""))
+
+
+@sweep.command("report")
+@click.argument("name")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("report.html"), show_default=True, help="The HTML page to write.")
+@click.option("--jobs-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Where the job is exported for the page's links to each trial's logs "
+              "(as `sweep results -o`; default: a `jobs` directory beside the page).")
+@NAMESPACE_OPTION
+def report_cmd(name: str, output: Path, jobs_dir: Path | None, namespace: str | None) -> None:
+    """One self-contained HTML page of a sweep's results (it renders offline): the leaderboard
+    (the numbers of `sweep results`), a task x agent heat map of rewards, cost and token bars,
+    phase-duration distributions and failure reasons; marks and rows link to each trial's
+    logs in the exported job."""
+    import os
+
+    from shipyard.api.conventions import selector_string, sweep_selector
+    from shipyard.cli.get_cmd import trial_logs, write_job_dir
+    from shipyard.cli.harbor_results import sweep_job
+    from shipyard.cli.sweep_report import report_html, runtime
+    from shipyard.kube.trials import list_objects
+
+    ns = namespace_or_default(namespace)
+    obj = _get_sweep(ns, name)
+    trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
+    job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
+    jobs_dir = jobs_dir or output.parent / "jobs"
+    write_job_dir(jobs_dir / name, job, trial_logs(kept), {**config, "jobs_dir": str(jobs_dir)})
+    try:
+        script = runtime()
+    except RuntimeError as exc:
+        fail(str(exc))
+    href = os.path.relpath(jobs_dir.resolve(), output.resolve().parent)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report_html(job, config, f"Sweep {ns}/{name}", href, script))
+    err().print(f"wrote {output} (the job in {jobs_dir / name})")

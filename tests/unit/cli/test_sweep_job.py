@@ -63,7 +63,7 @@ def sweep_and_trials() -> tuple[dict[str, Any], SweepSpec, list[dict[str, Any]]]
 def test_status_json_and_harbor_agree_bit_for_bit() -> None:
     sweep, spec, trials = sweep_and_trials()
     tasks = [task(n) for n in TASKS]
-    job, real = sweep_job(sweep, trials, tasks, NOW)
+    job, real, _config = sweep_job(sweep, trials, tasks, NOW)
     states = resolve_tasks(spec, tasks, 10**6)
     status = sweep_status(sweep, spec, states, expand([t.name for t in states], spec),
                           [observe(t) for t in trials], NOW)
@@ -92,3 +92,35 @@ def test_status_json_and_harbor_agree_bit_for_bit() -> None:
             mine["n_trials"], mine["n_errors"], mine["metrics"], mine["pass_at_k"])
         assert e.exception_counts == {k: len(v) for k, v in mine["exception_stats"].items()}
     assert (status.counts.completed, status.counts.errored) == (40, 9)
+
+
+def test_the_export_has_harbors_job_and_trial_configs() -> None:
+    from shipyard.cli.harbor_results import trial_files
+
+    sweep, _spec, trials = sweep_and_trials()
+    job, _, config = sweep_job(sweep, trials, [task(n) for n in TASKS], NOW)
+    assert config["job_name"] == "sw" and config["n_attempts"] == 4
+    assert [a["name"] for a in config["agents"]] == ["oracle", "nop"]
+    assert config["datasets"] == [{"name": "sw", "task_names": [*TASKS, "gone"]}]
+    assert job["started_at"] is not None
+    for result in job["trial_results"]:
+        files = trial_files(result, None)
+        assert "config.json" in files and result["agent_info"]["version"]
+        assert result["task_checksum"] is not None
+
+
+def test_the_report_names_every_eval_key_and_task_and_links_the_trials() -> None:
+    from shipyard.cli.sweep_report import chart_data, charts, report_html
+
+    sweep, _spec, trials = sweep_and_trials()
+    job, _, config = sweep_job(sweep, trials, [task(n) for n in TASKS], NOW)
+    page = report_html(job, config, "Sweep ns/sw", "jobs", "/* runtime */")
+    for key in ("nop__sw", "oracle__sw", *TASKS, "gone"):
+        assert key in page
+    first = job["trial_results"][0]["trial_name"]
+    assert f'href="jobs/sw/{first}/"' in page
+    assert "https://" not in page.replace("https://vega.github.io", "")  # nothing fetched
+    data = chart_data(job, "sw", "jobs")
+    assert {(c["task"], c["agent"]) for c in data["heat"]} == {
+        (t, a) for t in [*TASKS, "gone"] for a in ("oracle", "nop")}
+    assert set(charts(data)) == {"heatmap", "usage", "failures"}  # no phase timings here
