@@ -91,6 +91,12 @@ class _State(Collector):
                                 value=self.drivers())
 
 
+for _result in ("succeeded", "failed"):  # both series exist from the start, at 0
+    BUILDS.labels(_result)
+    BUILD_TIME.labels(_result)
+for _kind in ("trial", "sweep", "task", "imagebuild"):
+    RECONCILE_ERRORS.labels(_kind)
+
 STATE = _State()
 REGISTRY.register(STATE)
 WARM_PODS = Gauge("shipyard_warm_pods", "Warm pods by state (no warm pool yet: always 0).",
