@@ -407,7 +407,9 @@ def job_config(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[str],
         if agent.parallelism is not None:
             entry["n_concurrent"] = agent.parallelism
         agents.append(entry)
-    environment: dict[str, Any] = {"kwargs": {
+    # Not one of Harbor's environment types (Harbor would default to docker): the Kubernetes
+    # operator that ran the trials, named as a custom environment is.
+    environment: dict[str, Any] = {"import_path": "shipyard.operator:Trial", "kwargs": {
         "runner": "shipyard", "namespace": sweep["metadata"].get("namespace", ""),
         "sweep": name}}
     env = template.get("environment") or {}
