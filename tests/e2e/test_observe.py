@@ -354,6 +354,11 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
         assert json.loads(seen.stdout) == {
             "agents": ["nop", "oracle"], "datasets": ["obs"], "config": 200,
             "trials": 3 * 2 * ATTEMPTS, "configs": 3 * 2 * ATTEMPTS}
+        # the viewer's own app (its single-page client) renders a trial of the export
+        missing = next(r["trial_name"] for r in job["trial_results"]
+                       if r["task_name"] == "nosuch")
+        page = chromium("--dump-dom", f"{base}/jobs/obs/trials/{missing}")
+        assert missing in page.stdout and "TaskNotFoundError" in page.stdout
     finally:
         viewer.terminate()
         viewer.wait(20)
