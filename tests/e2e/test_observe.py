@@ -54,11 +54,14 @@ def free_port() -> int:
 def debian_binary(binary: str, package: str) -> str:
     """The binary, installed from Debian's package when missing (as root, as hack/test.sh)."""
     found = shutil.which(binary)
-    if found is None:
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
-                       check=True, capture_output=True, timeout=900,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-        found = shutil.which(binary)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    if found is None and subprocess.run(install, capture_output=True, env=env,
+                                        timeout=900).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, env=env,
+                       timeout=600)
+        subprocess.run(install, check=True, capture_output=True, env=env, timeout=900)
+    found = found or shutil.which(binary)
     assert found, f"{binary} not found after installing {package}"
     return found
 
