@@ -233,7 +233,7 @@ def test_prometheus_holds_what_the_trials_status_implies(observed) -> None:
         (parse(r["finishedAt"]) - parse(r["startedAt"]))
         for t in observed.trials for r in t["status"].get("phases") or []
         if r["name"] == "agent" and r.get("startedAt") and r.get("finishedAt"))
-    assert len(durations) == len(observed.trials)
+    assert len(durations) >= phases["Completed"]  # every trial with a reward ran its agent
     count = 'shipyard_trial_phase_duration_seconds_count{phase="agent"}'
     assert prom.value(count) == len(durations)
     total = prom.value('shipyard_trial_phase_duration_seconds_sum{phase="agent"}')
