@@ -62,6 +62,7 @@ class _State(Collector):
     def __init__(self) -> None:
         self.trials: dict[tuple[str, str], str] = {}
         self.queued: dict[tuple[str, str], int] = {}
+        self.sweep_namespaces: set[str] = set()
         self.queue_depth: Callable[[], int] = lambda: 0
         self.drivers: Callable[[], int] = lambda: 0
 
@@ -78,7 +79,7 @@ class _State(Collector):
         queued = GaugeMetricFamily("shipyard_sweep_queued_trials",
                                    "Planned Sweep trials not created yet, by namespace.",
                                    labels=["namespace"])
-        per_ns: dict[str, int] = {}
+        per_ns = dict.fromkeys(self.sweep_namespaces, 0)  # 0 once their sweeps are done
         for (namespace, _), n in list(self.queued.items()):
             per_ns[namespace] = per_ns.get(namespace, 0) + n
         for namespace, n in sorted(per_ns.items()):
@@ -146,6 +147,7 @@ def trial_gone(namespace: str, name: str) -> None:
 
 
 def sweep_queued(namespace: str, name: str, queued: int | None) -> None:
+    STATE.sweep_namespaces.add(namespace)
     if queued is None:
         STATE.queued.pop((namespace, name), None)
     else:

@@ -29,13 +29,11 @@ class CountingApiClient(client.ApiClient):
         count_request()
         if kwargs.get("_preload_content", True) and kwargs.get("_request_timeout") is None:
             kwargs["_request_timeout"] = REQUEST_TIMEOUT
-        path, method = (*args, None, None)[:2]
-        path = kwargs.get("resource_path", path) or ""
-        method = kwargs.get("method", method) or "GET"
-        path_params = args[2] if len(args) > 2 else kwargs.get("path_params")
-        query = args[3] if len(args) > 3 else kwargs.get("query_params")
-        with timed_request(method, path, path_params, query):
-            return super().call_api(*args, **kwargs)
+        method, url = (*args, None, None)[:2]
+        with timed_request(str(kwargs.get("method", method) or "GET"),
+                           str(kwargs.get("url", url) or "")) as response:
+            response.append(super().call_api(*args, **kwargs))
+            return response[0]
 
 
 def count_request() -> None:

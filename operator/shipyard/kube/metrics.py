@@ -5,9 +5,10 @@ never an object's name."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import Counter, Histogram
 
@@ -24,42 +25,43 @@ EXEC_LATENCY = Histogram(
     "connect to exit code.", ["result"], buckets=LATENCY_BUCKETS)
 
 VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+SUBRESOURCES = {"status", "exec", "log", "scale", "eviction", "binding", "attach"}
 
 
-def request_labels(method: str, resource_path: str, path_params: Mapping[str, Any] | None,
-                   query: Any) -> tuple[str, str]:
-    """(verb, resource) of a client call: `list`/`watch` for a GET without a name, the plural
-    (and `/status`, `/exec`... subresource) from the path template."""
-    params = path_params or {}
-    parts = [p for p in resource_path.split("/") if p]
-    resource = params.get("plural") or ""
-    if not resource:
-        plain = [p for p in parts if not p.startswith("{")]
-        resource = plain[-1] if plain else "unknown"
-        if resource in ("status", "exec", "log", "scale", "eviction") and len(plain) > 1:
-            resource = f"{plain[-2]}/{resource}"
-    elif parts and parts[-1] in ("status", "scale"):
-        resource = f"{resource}/{parts[-1]}"
-    verb = VERBS.get(method.upper(), method.lower())
-    if verb == "get" and "{name}" not in parts:
-        watching = any(k == "watch" and str(v).lower() == "true" for k, v in (query or []))
-        verb = "watch" if watching else "list"
+def request_labels(method: str, url: str) -> tuple[str, str]:
+    """(verb, resource) of a request URL: `list`/`watch` for a GET of a collection; the plural
+    with its subresource (`trials/status`, `pods/exec`). Names and namespaces are dropped."""
+    split = urlsplit(url)
+    parts = [p for p in split.path.split("/") if p]
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        rest = []
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] if rest else "other"
+    if len(rest) >= 3 and rest[2] in SUBRESOURCES:
+        resource = f"{resource}/{rest[2]}"
+    verb = VERBS.get(method.upper(), "other")
+    if verb == "get" and len(rest) < 2:
+        verb = "watch" if "watch=true" in split.query.lower() else "list"
     return verb, resource
 
 
 @contextmanager
-def timed_request(method: str, resource_path: str, path_params: Mapping[str, Any] | None,
-                  query: Any) -> Iterator[None]:
-    verb, resource = request_labels(method, resource_path, path_params, query)
+def timed_request(method: str, url: str) -> Iterator[list[Any]]:
+    """Count and time one request; the caller puts the response in the yielded list (its
+    status code becomes the `code` label)."""
+    verb, resource = request_labels(method, url)
     began = time.perf_counter()
+    response: list[Any] = []
     code = "error"
     try:
-        yield
-        code = "2xx"
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        code = f"{status}" if isinstance(status, int) and 0 < status < 600 else "error"
-        raise
+        yield response
+        status = getattr(response[0], "status", None) if response else None
+        code = f"{status // 100}xx" if isinstance(status, int) else "error"
     finally:
         API_LATENCY.labels(verb, resource).observe(time.perf_counter() - began)
         API_REQUESTS.labels(verb, resource, code).inc()

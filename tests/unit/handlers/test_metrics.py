@@ -67,3 +67,13 @@ def test_a_port_in_use_leaves_metrics_off_and_0_takes_a_free_one() -> None:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     assert "shipyard_reconcile_total" in text and "shipyard_warm_pods" in text
     assert metrics.serve(-1) is None
+
+
+def test_queued_sweep_trials_stay_a_series_at_0_once_done() -> None:
+    metrics.sweep_queued("unit-q", "s1", 7)
+    metrics.sweep_queued("unit-q", "s2", 3)
+    assert value("shipyard_sweep_queued_trials", namespace="unit-q") == 10
+    metrics.sweep_queued("unit-q", "s1", None)
+    metrics.sweep_queued("unit-q", "s2", None)
+    assert REGISTRY.get_sample_value("shipyard_sweep_queued_trials",
+                                     {"namespace": "unit-q"}) == 0

@@ -1,5 +1,5 @@
-"""API request labels: verbs and resource plurals from the client's path templates (bounded:
-never an object's name)."""
+"""API request labels: verbs and resource plurals from the request URL (bounded: never an
+object's name or namespace)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ import pytest
 
 from shipyard.kube.metrics import request_labels
 
-NS = "/api/v1/namespaces/{namespace}"
-CUSTOM = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
+API = "https://10.0.0.1:6443"
+CUSTOM = f"{API}/apis/shipyard.dev/v1alpha1/namespaces/team-a/trials"
 
 
-@pytest.mark.parametrize(("method", "path", "params", "query", "labels"), [
-    ("GET", CUSTOM, {"plural": "trials"}, [("watch", True)], ("watch", "trials")),
-    ("GET", CUSTOM, {"plural": "trials"}, [], ("list", "trials")),
-    ("GET", CUSTOM + "/{name}", {"plural": "trials", "name": "x"}, [], ("get", "trials")),
-    ("PATCH", CUSTOM + "/{name}/status", {"plural": "sweeps"}, [], ("patch", "sweeps/status")),
-    ("POST", NS + "/pods", {"namespace": "n"}, [], ("create", "pods")),
-    ("DELETE", NS + "/pods/{name}", {"namespace": "n", "name": "p"}, [], ("delete", "pods")),
-    ("PUT", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", {}, [],
+@pytest.mark.parametrize(("method", "url", "labels"), [
+    ("GET", f"{CUSTOM}?watch=true&resourceVersion=5", ("watch", "trials")),
+    ("GET", f"{CUSTOM}?labelSelector=a%3Db", ("list", "trials")),
+    ("GET", f"{CUSTOM}/my-trial", ("get", "trials")),
+    ("PATCH", f"{CUSTOM}/my-trial/status", ("patch", "trials/status")),
+    ("POST", f"{API}/api/v1/namespaces/team-a/pods", ("create", "pods")),
+    ("DELETE", f"{API}/api/v1/namespaces/team-a/pods/p-1", ("delete", "pods")),
+    ("PUT", f"{API}/apis/coordination.k8s.io/v1/namespaces/default/leases/shipyard",
      ("update", "leases")),
+    ("GET", f"{API}/api/v1/namespaces", ("list", "namespaces")),
+    ("GET", f"{API}/api/v1/namespaces/team-a", ("get", "namespaces")),
+    ("GET", f"{API}/version", ("list", "other")),
 ])
-def test_request_labels(method, path, params, query, labels) -> None:
-    assert request_labels(method, path, params, query) == labels
+def test_request_labels(method, url, labels) -> None:
+    assert request_labels(method, url) == labels
