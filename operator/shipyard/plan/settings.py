@@ -16,6 +16,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
+| SHIPYARD_METRICS_PORT | `shipyard operator --metrics-port` (read by the CLI, `METRICS_PORT`) |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
@@ -45,6 +46,10 @@ LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 `none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
 probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
+METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
+METRICS_PORT = 8081
+"""The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
+`metrics.port`); 0 takes a free port, a negative one turns the endpoint off."""
 
 TASK_WAIT_SEC = 60.0
 """How long a Trial waits for a Task that does not exist yet."""
