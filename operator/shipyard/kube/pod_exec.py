@@ -124,11 +124,11 @@ def exec_in_pod(
     client instead of sharing the operator's.
     """
     with timed_exec():
-        return _exec(namespace, pod, argv, stdin, container, timeout)
+        return _exec(namespace, pod, argv, stdin, container, timeout, max_output)
 
 
 def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None, container: str,
-          timeout: float) -> ExecResult:
+          timeout: float, max_output: int) -> ExecResult:
     api = client.CoreV1Api(client.ApiClient(configuration()))
     count_request()
     API_REQUESTS.labels("create", "pods/exec", "1xx").inc()  # a websocket upgrade
