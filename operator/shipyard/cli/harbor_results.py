@@ -237,7 +237,7 @@ def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
         "n_completed_trials": sum(1 for p in phases if is_finished_phase(p)),
         "n_errored_trials": len(errored),
         "n_running_trials": sum(1 for p in phases if p == "Running"),
-        "n_pending_trials": sum(1 for p in phases if p == "Pending"),
+        "n_pending_trials": sum(1 for p in phases if p in ("Pending", "Queued")),
         "n_cancelled_trials": sum(
             1 for r in results if (r["exception_info"] or {}).get("exception_type")
             == HarborError.CANCELLED

@@ -12,7 +12,15 @@ import kopf
 from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
 # Importing registers the handlers with kopf.
-from shipyard.handlers import config, image_builds, pod_watch, sweeps, tasks, trials  # noqa: F401
+from shipyard.handlers import (  # noqa: F401
+    admission,
+    config,
+    image_builds,
+    pod_watch,
+    sweeps,
+    tasks,
+    trials,
+)
 from shipyard.handlers.executor import MeasuredExecutor, execs
 from shipyard.handlers.leader import Leadership
 from shipyard.kube.client import requests_made

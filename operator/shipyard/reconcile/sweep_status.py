@@ -379,6 +379,8 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
                 tally["running"] += 1
             else:
                 tally["pending"] += 1
+                if current.phase == "Queued":
+                    tally["queued"] += 1
             continue
         completed.append(slot.index)
         tally["completed"] += 1
