@@ -118,6 +118,7 @@ class KueueGate:
                 self.admitted_name = self.name
                 await d.save(*admission.admitted(d.status, self.choice, self.name, state,
                                                  _now()))
+                await d.flush()  # on record before any pod: a restart knows it was admitted
                 return True
             assert isinstance(state, admission.Queued)
             await d.save(*admission.queued(d.status, self.choice, self.name, state, _now()))
@@ -133,16 +134,18 @@ class KueueGate:
         return admit_pod(manifest, *self.scheduling[:2], list(self.scheduling[2]))
 
     def evicted(self) -> admission.Evicted | None:
-        """The current attempt's admitted Workload, as last watched, was evicted (or deleted
-        by someone else). Also after a restart: the status says it was admitted."""
-        queue = self.driver.status.queue
-        admitted = self.admitted_name == self.name or (
-            queue is not None and queue.workload == self.name and queue.admitted_at is not None)
+        """The current attempt's Workload, as last watched, was evicted (or, once admitted or
+        with pods, deleted by someone else). Read from the Workload, not from what this driver
+        saw: a driver started again after a crash knows it too."""
         seen, body = self._cached()
-        if not admitted or not seen:
+        if not seen:
             return None
         if body is None:
-            return admission.Evicted("WorkloadDeleted", f"the Workload {self.name} was deleted")
+            status = self.driver.status
+            if self.admitted_name == self.name or status.pod_name or status.verifier_pod_name:
+                return admission.Evicted("WorkloadDeleted",
+                                         f"the Workload {self.name} was deleted")
+            return None
         state = admission.workload_state(body)
         return state if isinstance(state, admission.Evicted) else None
 
