@@ -6,10 +6,12 @@ keep Harbor's own names.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+from shipyard.agents import BUILT_IN_AGENTS, INSTALLED_AGENTS
 
 GROUP = "shipyard.dev"
 VERSION = "v1alpha1"
@@ -135,11 +137,8 @@ class ImageBuildStatus(Model):
 
 # ---------------------------------------------------------------- Trial
 
-AgentName = Literal[
-    "oracle", "nop", "command",
-    # Harbor's installed agents (shipyard.plan.agents builds their command lines).
-    "claude-code", "codex", "gemini-cli", "aider", "mini-swe-agent", "openhands",
-]
+AgentName = Literal[(*BUILT_IN_AGENTS, *INSTALLED_AGENTS)]  # type: ignore[valid-type]
+"""oracle, nop, command, then Harbor's installed agents, one module each in `shipyard.agents`."""
 
 
 class EnvVar(Model):
@@ -329,12 +328,16 @@ class AgentResult(Model):
     turns: int | None = None
 
 
+RewardValue = Annotated[int | float, WithJsonSchema({"type": "number"})]
+"""A reward as Harbor types it (`float | int`): an integer stays one (`1`, not `1.0`)."""
+
+
 class StepRecord(Model):
     """One step of a multi-step trial: its outcome and rewards (its phases are in `phases`)."""
 
     name: str
     state: StepState = "Pending"
-    rewards: dict[str, float] | None = None
+    rewards: dict[str, RewardValue] | None = None
     error: TrialError | None = None
     message: str | None = None
 
@@ -376,8 +379,8 @@ class TrialStatus(Model):
     pod_process_base: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    reward: float | None = None
-    rewards: dict[str, float] | None = None
+    reward: RewardValue | None = None
+    rewards: dict[str, RewardValue] | None = None
     phases: list[PhaseRecord] = []
     steps: list[StepRecord] = []
     error: TrialError | None = None

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     VALID = "Valid"
     BUNDLE_NOT_FOUND = "BundleNotFound"
     # ---- an ImageBuild's phase reasons (and a Task's ImagesReady condition)
+    PENDING = "Pending"  # an ImageBuild not yet probed
     BUILDING = "Building"
     BUILD_FAILED = "BuildFailed"
     BUILD_TIMEOUT = "BuildTimeout"
@@ -86,6 +87,7 @@ class Reason(StrEnum):
     AGENT_TIMEOUT = "AgentTimeout"
     AGENT_FINISHED = "AgentFinished"
     STEP_REWARDED = "StepRewarded"
+    ARTIFACTS_SKIPPED = "ArtifactsSkipped"  # a separate verifier gets fewer artifacts: why
     MIN_REWARD_NOT_MET = "MinRewardNotMet"
     COMPLETED = "Completed"  # the finished trial's phase
     FAILED = "Failed"

@@ -50,12 +50,26 @@ from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
-from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
+from shipyard.plan.phases import (
+    ARTIFACTS_TAR,
+    PhaseSpec,
+    PlanError,
+    TrialPlan,
+    VerifierEnvironmentScript,
+    build_plan,
+)
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.render.artifact_bundle import (
+    ARTIFACTS_LIMIT_BYTES,
+    TAR_OVERHEAD_BYTES,
+    ArtifactsRefused,
+    CleanArtifacts,
+    clean_artifacts,
+)
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
@@ -273,6 +287,16 @@ class TrialDriver:
         if status.started_at is None:
             status.started_at = iso(now())
         await self.save(status, outcome)
+
+    async def give_up(self, message: str) -> None:
+        """End the trial (its driver failed the same way again and again): Failed with the
+        reason of the phase it was in, its pods removed. Nothing pending is written (the logs
+        that could not be may be why)."""
+        if machine.is_finished(self.status) or machine.terminal_condition(self.status):
+            await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+            return
+        await self.save(*machine.given_up(self.status, message, now()))
+        await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
 
     async def loop_without_plan(self) -> None:
         """A trial that failed before it had a plan only needs its finish."""
@@ -498,16 +522,38 @@ class TrialDriver:
     async def bundle(self, phase_id: str, phase: PhaseSpec) -> bytes | kube_runner.Reply:
         """The phase's bundle; a separate verifier's first phase also carries the agent
         environment's artifacts, packed by the collect phase (read now, so a restarted
-        operator simply reads them again). The failed read's reply when that exec failed."""
-        if phase.name == "verifier-environment" and self.status.pod_name:
-            reply = await self.exec_call(kube_runner.read_file, self.namespace,
-                                         self.status.pod_name, ARTIFACTS_TAR)
+        operator simply reads them again) and cleaned here (`render.artifact_bundle`: regular
+        files and folders under the declared paths only, within the size limit). The failed
+        read's reply when that exec failed."""
+        script = phase.script
+        if isinstance(script, VerifierEnvironmentScript) and self.status.pod_name:
+            pod = self.status.pod_name
+            runner = self.pod_runners.get(pod)
+            current = runner is None or runner == runner_configmap_name()
+            reply = await self.exec_call(kube_runner.artifacts, self.namespace, pod,
+                                         ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES,
+                                         ARTIFACTS_TAR, current)
+            if reply.exit_code is None:
+                return reply  # the exec did not run: this attempt failed
+            clean: CleanArtifacts | None = None
+            problem = reply.error if reply.state != "ok" else ""
             if reply.state == "ok":
-                phase = replace(phase, payload={**phase.payload, "artifacts.tar": reply.stdout})
-            elif reply.exit_code is None:  # the exec did not run: this attempt failed
-                return reply
+                try:
+                    clean = await asyncio.to_thread(clean_artifacts, reply.stdout,
+                                                    script.artifacts)
+                except ArtifactsRefused as e:
+                    problem = str(e)
+            if clean is not None:
+                phase = replace(phase, payload={**phase.payload, "artifacts.tar": clean.tar})
+                if clean.skipped:
+                    shown = "; ".join(clean.skipped[:5]) + (
+                        f"; and {len(clean.skipped) - 5} more" if len(clean.skipped) > 5 else "")
+                    self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                               f"artifacts left out for the verifier: {shown}"[:1000])
             else:
-                self.logger.warning(f"no artifacts from {self.status.pod_name}: {reply.error}")
+                self.logger.warning(f"no artifacts from {pod}: {problem}")
+                self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                           f"no artifacts for the verifier: {problem}"[:1000])
         return build_phase_bundle(phase_id, phase)
 
     async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int,
@@ -526,6 +572,7 @@ class TrialDriver:
         else:
             phases = (phase_id,)
         attempt = unavailable = 0
+        runner_ran = False  # the last answer came from the runner, but was no usable one
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
                 command == "launch") else None
@@ -544,6 +591,7 @@ class TrialDriver:
                     self.unsaved_execs += 1
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
+                runner_ran = reply.exit_code is not None
             match decided:
                 case exec_policy.Answered(results=results):
                     return results
@@ -560,7 +608,8 @@ class TrialDriver:
                 continue
             attempt += 1
         pod = observe_pod(await self.call(objects.get_pod, self.namespace, pod_name))
-        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now())
+        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now(),
+                                          runner_ran)
         if failed is not None:
             await self.save(*failed)
         return None

@@ -1,4 +1,4 @@
-"""Task + Trial → the ordered plan of phases a trial runs (Harbor §b.3 single-step, §b.4
+"""Task + Trial → the ordered plan of phases a trial runs (docs/harbor.md §b.3 single-step, §b.4
 multi-step, §b.5 verification, separate verifiers per §a.5).
 
 Each phase is what the in-pod runner executes in one of the trial's pods: an optional root
@@ -69,7 +69,9 @@ PodRole = Role  # the pod a phase runs in
 
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
 INSTRUCTION_PATH = "/shipyard/instruction.md"
-ARTIFACTS_TAR = "/shipyard/artifacts.tar"
+ARTIFACTS_TAR = "/shipyard/state/artifacts.tar"
+"""Where the collect phase (as root) packs the artifacts: in the runner's own root-only folder,
+so no unprivileged process can swap it before the operator reads it."""
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TEST_STDOUT = "/logs/verifier/test-stdout.txt"
@@ -132,7 +134,11 @@ class CollectScript:
 
 @dataclass(frozen=True)
 class VerifierEnvironmentScript:
-    """A separate verifier pod's setup: log dirs and the agent environment's artifacts."""
+    """A separate verifier pod's setup: log dirs and the agent environment's artifacts, each
+    copied to its own declared path (`artifacts`, absolute) from the operator's clean tar
+    (`shipyard.render.artifact_bundle`)."""
+
+    artifacts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,8 @@ class PhaseSpec:
     secrets: bool = False
     log_files: tuple[str, ...] = ()
     """Collected files that are kept as the phase's logs after the pod is gone."""
-    oracle: bool = False  # the oracle's agent phase: a non-zero exit is not an error (§d.4)
+    # the oracle's agent phase: a non-zero exit is not an error (docs/harbor.md §d.4)
+    oracle: bool = False
     installed_agent: str | None = None  # an installed agent's name (its output is parsed)
     model: str | None = None
     agent_version: str | None = None
@@ -219,6 +226,8 @@ class TrialPlan:
     unschedulable_grace_sec: float = SchedulingSettings.unschedulable_grace_sec
     image_pull_grace_sec: float = SchedulingSettings.image_pull_grace_sec
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
+    log_key_bytes: int = SchedulingSettings.log_limit_bytes
+    """What each key of the logs ConfigMap keeps (`log_budget`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -329,8 +338,11 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
-            phases.append(collect_phase(settings.collect, settings.artifacts, step, i))
-            phases.append(verifier_environment_phase(step, i))
+            collect = collect_phase(settings.collect, settings.artifacts, step, i)
+            phases.append(collect)
+            assert isinstance(collect.script, CollectScript)
+            phases.append(verifier_environment_phase(
+                step, i, tuple(a.source for a in collect.script.artifacts)))
         phases.append(
             verifier_phase(task, step, i, _user(settings.verifier_user), verifier_timeout,
                            verifier_env, settings.collect, step_plan)
@@ -361,6 +373,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         ),
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
+        log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
     )
 
 
@@ -382,8 +395,8 @@ def _installed_agent(spec: TrialSpec, repository: str | None,
 
 def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
              settings: NetworkSettings, installed: AgentRun | None = None) -> TrialNetwork:
-    """The policies of every step (Harbor §a.5, with the Trial's extra hosts), refused before
-    any pod starts when a restricted policy could not be enforced: never run open.
+    """The policies of every step (docs/harbor.md §a.5, with the Trial's extra hosts), refused
+    before any pod starts when a restricted policy could not be enforced: never run open.
 
     An installed agent's model endpoint is added to the agent phase alone: `baseURL`'s host as
     an extra agent host, or, for an in-cluster model server, its pods by selector."""
@@ -498,7 +511,8 @@ def _user(user: str | int | None) -> str | None:
 
 
 def environment_phase(task: LoadedTask, workdir: str | None) -> PhaseSpec:
-    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (§b.3 2.2)."""
+    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (docs/harbor.md §b.3
+    2.2)."""
     files = task.tree("environment/")
     built = "Dockerfile" in files or "docker-compose.yaml" in files
     payload = {} if built else {f"environment/{k}": v for k, v in files.items()}
@@ -548,7 +562,7 @@ def agent_phase(
             raise PlanError(Reason.TASK_INVALID, f"{where}/solve.sh: the oracle agent needs a "
                                            "solution script and the task has none")
         log = AGENT_LOGS["oracle"]
-        # [solution].env wins over the agent's env (§d.4).
+        # [solution].env wins over the agent's env (docs/harbor.md §d.4).
         env = {v.name: v.value for v in agent.env}
         env.update({"DEBIAN_FRONTEND": "noninteractive", **solution_env})
         return PhaseSpec(
@@ -575,8 +589,8 @@ def agent_phase(
 
 def installed_agent_phase(task: LoadedTask, spec: TrialSpec, step: str | None, run: AgentRun,
                           base: dict) -> PhaseSpec:
-    """An installed agent (§d.2): the instruction in a file, keys from the Secrets only, the
-    agent from its bundle (or, for install: script, Harbor's install commands run first as
+    """An installed agent (docs/harbor.md §d.2): the instruction in a file, keys from the Secrets
+    only, the agent from its bundle (or, for install: script, Harbor's install commands run first as
     root)."""
     instruction = task.step_instruction(step) if step else task.instruction
     # The Trial's agent env wins over the agent's defaults, as Harbor's AgentConfig.env.
@@ -599,12 +613,14 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
                      script=CollectScript(tuple(hooks), main))
 
 
-def verifier_environment_phase(step: str | None, index: int | None) -> PhaseSpec:
+def verifier_environment_phase(step: str | None, index: int | None,
+                               artifacts: tuple[str, ...] = ()) -> PhaseSpec:
     """The separate verifier pod's setup: log dirs, an empty /logs/verifier, and the agent
-    environment's artifacts re-materialized at their original paths. The driver adds the
-    artifacts tar to the payload when it launches this phase."""
+    environment's artifacts re-materialized at their original paths (`artifacts`). The driver
+    adds the artifacts, read and cleaned by the operator, to the payload when it launches
+    this phase."""
     return PhaseSpec(name="verifier-environment", id=phase_id("verifier-environment", index),
-                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript())
+                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript(artifacts))
 
 
 def verifier_phase(
@@ -641,6 +657,24 @@ def verifier_phase(
         collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT),
         log_files=(TEST_STDOUT,),
     )
+
+
+LOGS_BUDGET_BYTES = 900 * 1024
+"""What a trial's logs ConfigMap may hold in all (the apiserver refuses one over 1 MiB; the
+rest is room for its keys, metadata and truncation markers)."""
+MIN_LOG_BYTES = 2048
+MARKER_ROOM = 128  # `render.pod.TRUNCATED_MARKER`, formatted
+
+
+def log_budget(phases: list[PhaseSpec], limit: int) -> int:
+    """The most bytes one key of the logs ConfigMap may hold: the operator's log limit, split
+    among all the keys the trial writes (each step's agent and verifier logs and installed
+    agents' trajectories), so that a many-step trial's ConfigMap stays under the apiserver's
+    1 MiB (above it every write failed and the trial never ended)."""
+    keys = {log_key(p) for p in phases if p.log_files}
+    keys |= {trajectory_key(p) for p in phases if p.installed_agent}
+    share = LOGS_BUDGET_BYTES // max(1, len(keys)) - MARKER_ROOM
+    return max(MIN_LOG_BYTES, min(limit, share))
 
 
 def log_key(phase: PhaseSpec) -> str:

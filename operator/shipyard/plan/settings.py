@@ -16,6 +16,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
+| SHIPYARD_METRICS_PORT | `shipyard operator --metrics-port` (read by the CLI, `METRICS_PORT`) |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
@@ -24,11 +25,11 @@ TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from shipyard.api.conventions import OPERATOR_LEASE
+from shipyard.api.conventions import OPERATOR_LEASE, operator_lease_name
 from shipyard.plan.accelerators import SchedulingSettings
 from shipyard.plan.agents import BUNDLE_REPOSITORY_ENV
 from shipyard.plan.images import ImageSettingError, ImageSettings
@@ -47,6 +48,10 @@ LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 `none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
 probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
+METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
+METRICS_PORT = 8081
+"""The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
+`metrics.port`); 0 takes a free port, a negative one turns the endpoint off."""
 
 TASK_WAIT_SEC = 60.0
 """How long a Trial waits for a Task that does not exist yet."""
@@ -110,6 +115,9 @@ class LeaderSettings:
 
     enabled: bool = True
     lease_name: str = OPERATOR_LEASE
+    named: bool = field(default=False, compare=False)
+    """True when `lease_name` was set (SHIPYARD_LEADER_LEASE_NAME); else the Lease is named
+    from the namespaces the operator serves (`lease_for`)."""
     namespace: str | None = None
     """None: the operator's own namespace (its ServiceAccount's; else the kubeconfig's)."""
     identity: str | None = None
@@ -135,6 +143,7 @@ class LeaderSettings:
         settings = cls(
             enabled=enabled in ("1", "true", "yes", "on", ""),
             lease_name=environ.get(LEASE_NAME_ENV, "").strip() or OPERATOR_LEASE,
+            named=bool(environ.get(LEASE_NAME_ENV, "").strip()),
             namespace=environ.get(LEASE_NAMESPACE_ENV, "").strip() or None,
             identity=environ.get(IDENTITY_ENV, "").strip() or None,
             **timings,
@@ -145,6 +154,10 @@ class LeaderSettings:
                 f" (got {settings.retry_sec:g}, {settings.renew_deadline_sec:g},"
                 f" {settings.lease_sec:g})")
         return settings
+
+    def lease_for(self, namespaces: Iterable[str]) -> str:
+        """The Lease to hold while serving `namespaces` (none: every namespace)."""
+        return self.lease_name if self.named else operator_lease_name(namespaces)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The pure trial state machine, driven through whole multi-step trials with synthetic runner
-results (Harbor §b.4 multi-step flow, §b.4 stop conditions and reward strategies, §b.6 step
+results (docs/harbor.md §b.4 multi-step flow, §b.4 stop conditions and reward strategies, §b.6 step
 failure semantics). The slow end-to-end counterpart is tests/e2e/test_multi_step.py."""
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ THREE_RESULTS = {
 
 @pytest.mark.parametrize("strategy", [None, "mean"], ids=["default", "explicit-mean"])
 def test_mean_is_per_key_with_missing_keys_counting_as_zero(strategy: str | None) -> None:
-    """Harbor's verified example (§b.4): {reward:1}, {reward:0.5}, {reward:1, style:0.2}
-    → {reward: 0.8333, style: 0.0667}; mean is the default strategy."""
+    """Harbor's verified example (docs/harbor.md §b.4): {reward:1}, {reward:0.5}, {reward:1,
+    style:0.2} → {reward: 0.8333, style: 0.0667}; mean is the default strategy."""
     plan = steps_plan(THREE, strategy=strategy)
     assert plan.reward_strategy == "mean"
     run = drive_steps(plan, THREE_RESULTS)
@@ -221,8 +221,8 @@ def test_final_strategy_passes_an_empty_last_result_through() -> None:
 
 
 def test_each_step_runs_setup_healthcheck_agent_verifier_in_order() -> None:
-    """One environment pod for all steps, prepared once (§b.4); then per step: setup (its
-    workdir and setup.sh), its own healthcheck, the agent, its verifier."""
+    """One environment pod for all steps, prepared once (docs/harbor.md §b.4); then per step: setup
+    (its workdir and setup.sh), its own healthcheck, the agent, its verifier."""
     plan = steps_plan(
         {"a": "", "b": '[steps.healthcheck]\ncommand = "test -f /ready"\n'},
         root='[environment.healthcheck]\ncommand = "true"\n',
@@ -259,7 +259,8 @@ def test_each_step_runs_setup_healthcheck_agent_verifier_in_order() -> None:
     # The step's setup phase runs the uploaded setup.sh only where there is one.
     assert "setup.sh" in scripts(plan.phase("s2-setup")).command
     assert "setup.sh" not in scripts(plan.phase("s1-setup")).command
-    # Only after a shared verifier ran are /logs/verifier and /tests reset (§b.4 2.2).
+    # Only after a shared verifier ran are /logs/verifier and /tests reset (docs/harbor.md §b.4
+    # 2.2).
     assert "rm -rf /logs/verifier /tests" in scripts(plan.phase("s2-setup")).prepare
     assert "/tests" not in scripts(plan.phase("s1-setup")).prepare
 
@@ -302,8 +303,8 @@ def test_logs_are_kept_per_step() -> None:
 
 
 def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last() -> None:
-    """A fresh verifier environment per step (§b.4 7); the agent environment is stopped only
-    before the last step's separate verification (§b.4 6)."""
+    """A fresh verifier environment per step (docs/harbor.md §b.4); the agent environment is
+    stopped only before the last step's separate verification (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": ""}, root=SEPARATE)
     assert [s.verifier_mode for s in plan.steps] == ["separate", "separate"]
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
@@ -371,7 +372,8 @@ def test_min_reward_scalar_stops_the_remaining_steps() -> None:
 )
 def test_min_reward_missing_key_counts_as_minus_infinity(min_reward: str, rewards: str,
                                                          why: str) -> None:
-    """A float checks `reward`, a table checks every key; a missing key is -inf (§b.4 9)."""
+    """A float checks `reward`, a table checks every key; a missing key is -inf (docs/harbor.md
+    §b.4)."""
     plan = steps_plan({"first": f"min_reward = {min_reward}\n", "second": ""})
     run = drive_steps(plan, {"s1-verifier": rewarded(rewards)})
     status = run.status
@@ -456,7 +458,7 @@ def test_setup_failure_stops_the_trial_with_its_stderr() -> None:
 def test_setup_failure_in_a_later_step_keeps_the_earlier_rewards_for_mean_only(
         strategy: str, phase: str, rewards: dict[str, float] | None) -> None:
     """mean averages the steps with a result; final takes the last executed step, the failed
-    one, which has none (§b.4)."""
+    one, which has none (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": "", "c": ""}, strategy=strategy,
                       extra={"steps/b/workdir/setup.sh": "exit 1\n"})
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("0.75"),
@@ -486,7 +488,7 @@ def test_step_healthcheck_failure_aborts_the_remaining_steps() -> None:
 
 
 def test_step_verifier_failure_aborts_and_mean_keeps_the_steps_with_a_result() -> None:
-    """A verifier exception leaves the step without a result: it aborts (§b.4 9)."""
+    """A verifier exception leaves the step without a result: it aborts (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": "", "c": ""})
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
                              "s2-verifier": done(files={TEST_STDOUT: b"crashed\n"})})
@@ -509,7 +511,7 @@ def test_verifier_failure_in_the_only_scored_step_fails_the_trial() -> None:
     assert status.phase == "Failed"
     assert cond(status, "Failed").reason == "StepFailed"
     assert status.error.type == "VerifierTimeoutError"
-    # The step verifier's timeout (600 s default, not [verifier].timeout_sec: §a.5).
+    # The step verifier's timeout (600 s default, not [verifier].timeout_sec: docs/harbor.md §a.5).
     assert status.error.message == "step a: Verifier execution timed out after 600 seconds"
 
 
@@ -526,7 +528,7 @@ def test_verifier_failure_in_the_only_scored_step_fails_the_trial() -> None:
 def test_agent_error_in_a_step_is_recorded_on_the_step_and_the_step_is_still_verified(
         agent: str, result: PhaseStatus, error_type: str) -> None:
     """Multi-step: every agent exception is recorded on the step, the step verifier still
-    runs and its reward counts; it never stops the loop by itself (§b.4 3, §b.6)."""
+    runs and its reward counts; it never stops the loop by itself (docs/harbor.md §b.4, §b.6)."""
     plan = steps_plan({"a": "", "b": ""}, agent=agent)
     run = drive_steps(plan, {"s1-agent": result, "s1-verifier": rewarded_txt("0.5"),
                              "s2-verifier": rewarded_txt("1")})
@@ -619,3 +621,45 @@ def test_a_chain_is_the_environment_and_the_first_step_s_first_phase() -> None:
     plan = steps_plan({"one": "", "two": ""})
     assert m.chained_phases(plan, "environment") == ["environment", "s1-setup"]
     assert m.chained_phases(plan, "s1-verifier") == ["s1-verifier"]
+
+
+# ---------------------------------------------------------------- issue 22 (class 6)
+
+
+def test_the_logs_of_a_many_step_trial_fit_one_configmap() -> None:
+    """Every step's agent and verifier logs at their limit stay under the apiserver's 1 MiB:
+    the budget is split across the keys (above it, every write failed and the trial never
+    ended)."""
+    from shipyard.plan.phases import LOGS_BUDGET_BYTES
+
+    names = {f"s{i}": "" for i in range(4)}
+    plan = steps_plan(names, agent="command")
+    assert plan.log_key_bytes < plan.log_limit_bytes
+    big = "x" * (2 * plan.log_limit_bytes)
+    results = {}
+    for i in range(1, 5):
+        results[f"s{i}-agent"] = done(files={"/logs/agent/command.txt": big.encode()})
+        results[f"s{i}-verifier"] = done(files={REWARD_TXT: b"1", TEST_STDOUT: big.encode()})
+    run = drive_steps(plan, results)
+    assert run.status.phase == "Completed", run.status
+    assert len(run.logs) == 8
+    assert sum(len(k) + len(v.encode()) for k, v in run.logs.items()) <= LOGS_BUDGET_BYTES
+
+
+def test_integer_rewards_stay_integers_across_steps_with_final() -> None:
+    plan = steps_plan({"a": "", "b": ""}, strategy="final")
+    run = drive_steps(plan, {"s2-verifier": rewarded('{"reward": 1, "tests": 7}')})
+    assert run.status.rewards == {"reward": 1, "tests": 7}
+    assert [type(v) for v in run.status.rewards.values()] == [int, int]
+
+
+def test_a_driver_given_up_ends_the_trial_with_the_phase_s_reason() -> None:
+    from datetime import UTC, datetime
+
+    plan = steps_plan({"a": ""}, agent="command")
+    run = drive_steps(plan, stop_after="Launch:s1-agent")
+    status, outcome = m.given_up(run.status, "the operator failed 5 times in a row",
+                                 datetime.now(UTC))
+    assert status.phase == "Failed" or m.terminal_condition(status) is not None
+    assert m.terminal_condition(status).reason == "AgentFailed"
+    assert outcome.events[0][1] == "AgentFailed"
