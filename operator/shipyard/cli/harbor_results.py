@@ -249,7 +249,8 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
     phases = [(t.get("status") or {}).get("phase", "Pending") for t in trials]
     finished = [r for r, p in zip(results, phases, strict=True) if is_finished_phase(p)]
     stats = job_stats([outcome(r) for r in finished],
-                      running=phases.count("Running"), pending=phases.count("Pending"),
+                      running=phases.count("Running"),
+                      pending=phases.count("Pending") + phases.count("Queued"),
                       retries=sum(len((t.get("status") or {}).get("attempts") or [])
                                   for t in trials))
     return job_document(results, stats, now, job_id)

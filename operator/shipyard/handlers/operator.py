@@ -13,6 +13,7 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
 # Importing registers the handlers with kopf.
 from shipyard.handlers import (  # noqa: F401
+    admission,
     config,
     image_builds,
     metrics,

@@ -41,6 +41,8 @@ TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
+KUEUE_DEFAULT_QUEUE_ENV = "SHIPYARD_KUEUE_DEFAULT_QUEUE"
+"""The chart's `kueue.defaultQueueName`: the LocalQueue of Trials that name none."""
 LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 """The local cluster's busybox, for SHIPYARD_PROBE_IMAGE there (tests, benches). Unset (or
 `none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
@@ -180,6 +182,9 @@ class OperatorSettings:
     and their trials fail; prebuilt images still run."""
     sweep_status_interval_sec: float = SWEEP_STATUS_INTERVAL_SEC
     leader: LeaderSettings = field(default_factory=LeaderSettings)
+    kueue_default_queue: str | None = None
+    """The LocalQueue of Trials without `kueue.x-k8s.io/queue-name` (None: such Trials are
+    not admitted by Kueue). Ignored where Kueue's Workload API is not served."""
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -217,6 +222,7 @@ class OperatorSettings:
             probe_image=_probe_image(environ),
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
+            kueue_default_queue=environ.get(KUEUE_DEFAULT_QUEUE_ENV, "").strip() or None,
             error="; ".join(errors) or None,
         )
 

@@ -373,6 +373,8 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
             tally["created"] += 1
             if not current.finished:
                 tally["running" if current.phase == "Running" else "pending"] += 1
+                if current.phase == "Queued":  # waits for Kueue's admission
+                    tally["queued"] += 1
         if outcome is None:
             continue
         completed.append(view.slot.index)
