@@ -247,7 +247,7 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
     shipyard.task("reroll", root)
     shipyard.task("reroll-nobody", nobody)
     shipyard.trial("reroll-root", "reroll", {"name": "command", "command": KILL.format(
-        pattern="'sleep infinity ')")}, retries=2)
+        pattern="'sleep infinity '")}, retries=2)
     shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "command": KILL.format(
         pattern="httpd*")}, retries=2)
     for name in ("reroll-root", "reroll-probe"):
