@@ -293,7 +293,7 @@ class TrialSpec(Model):
     )
 
 
-TrialPhaseName = Literal["Pending", "Running", "Completed", "Failed"]
+TrialPhaseName = Literal["Pending", "Queued", "Running", "Completed", "Failed"]
 StepState = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
 
 
@@ -353,6 +353,19 @@ class AttemptRecord(Model):
     finished_at: str | None = None
 
 
+class QueueRecord(Model):
+    """Kueue's admission of the current attempt (a Trial labelled with a LocalQueue)."""
+
+    name: str = Field(description="The LocalQueue (`kueue.x-k8s.io/queue-name`).")
+    workload: str | None = Field(default=None, description="The attempt's Workload.")
+    cluster_queue: str | None = None
+    flavors: dict[str, str] = Field(default={}, description="Resource → admitted flavor.")
+    queued_at: str | None = None
+    admitted_at: str | None = None
+    preemptions: int = Field(default=0, description="Attempts ended by Kueue's eviction; "
+                             "they do not count against `retries`.")
+
+
 class TrialStatus(Model):
     observed_generation: int | None = None
     phase: TrialPhaseName = "Pending"
@@ -377,3 +390,4 @@ class TrialStatus(Model):
     attempt: int = 1
     attempts: list[AttemptRecord] = []
     retry_at: str | None = None
+    queue: QueueRecord | None = None

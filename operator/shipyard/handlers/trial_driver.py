@@ -15,6 +15,7 @@ goes through `call`, so its cost is visible in one place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -37,6 +38,7 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import admission as kueue
 from shipyard.handlers import image_builds
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
@@ -114,6 +116,7 @@ class TrialDriver:
         # Pods into which a launch of task code was sent (its answer may never come: the
         # container may end during it): their container's end is that code's failure.
         self.task_code_sent: set[str] = set()
+        self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
 
@@ -197,6 +200,10 @@ class TrialDriver:
                 # Run again after its finish failed (e.g. a pod's delete): the pods go now.
                 if not (self.body.get("spec") or {}).get("keepPods"):
                     await self.remove_pods()
+                with contextlib.suppress(PlanError):  # labelled, and Kueue is gone
+                    self.kueue = await kueue.gate_for(self)
+                if self.kueue is not None:
+                    await self.kueue.release()
                 return
             plan = await self.prepare()
             if plan is None:
@@ -225,6 +232,7 @@ class TrialDriver:
             plan = build_plan(task, spec, self.settings.task_env, self.network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
                               images)
+            self.kueue = await kueue.gate_for(self)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
@@ -306,6 +314,11 @@ class TrialDriver:
             if self.cancelling():
                 stopped = await self.stop_running_phase(plan)
                 await self.save(*machine.cancel(self.status, now(), plan, stopped))
+            evicted = self.kueue.evicted() if self.kueue is not None else None
+            if evicted is not None and machine.terminal_condition(self.status) is None:
+                await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
+                pods = await self.observe(force=True)
+                continue
             action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries,
                                                            frozenset(self.task_code_sent))
             if decided is not None:
@@ -317,6 +330,9 @@ class TrialDriver:
                     await self.finish(keep)
                     return
                 case machine.CreatePod(role=role, step=step):
+                    if self.kueue is not None and not await self.kueue.admit(plan):
+                        pods = await self.observe()
+                        continue  # cancelled or evicted while queued: decide again
                     await self.create_pod(plan, role, step)
                     pods = await self.observe()
                 case machine.SetNetwork(role=role, key=key, why=why):
@@ -439,6 +455,8 @@ class TrialDriver:
             return
         manifest = build_trial_pod(self.body, plan, role, step, name,
                                    probe_image_for(plan, self.settings.probe_image))
+        if self.kueue is not None:
+            manifest = self.kueue.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),
@@ -640,7 +658,8 @@ class TrialDriver:
                 return future.result()
             pod = self.waker.pods.get(pod_name, {})
             seen = observe_pod(pod) if pod is not None else None
-            if self.cancelling() or seen is None or seen.lost or seen.deleting:
+            evicted = self.kueue is not None and self.kueue.evicted() is not None
+            if self.cancelling() or seen is None or seen.lost or seen.deleting or evicted:
                 future.add_done_callback(lambda f: f.exception())  # nobody reads it
                 return kube_runner.Reply("gone", error="the wait was dropped: the trial "
                                          "was cancelled or its pod is going")
@@ -669,6 +688,8 @@ class TrialDriver:
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
         if not keep:
             await self.remove_pods()
+        if self.kueue is not None:
+            await self.kueue.release()
 
     async def remove_pods(self) -> None:
         for name in (

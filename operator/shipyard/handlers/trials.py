@@ -13,7 +13,7 @@ import kopf
 
 from shipyard.api.conventions import cancel_requested, is_finished_phase, parse_time
 from shipyard.api.models import GROUP, VERSION
-from shipyard.handlers import config, pod_watch, trial_tasks
+from shipyard.handlers import config, metrics, pod_watch, trial_tasks
 from shipyard.handlers.pod_watch import wake
 from shipyard.handlers.trial_driver import TrialDriver
 from shipyard.kube import objects
@@ -33,11 +33,18 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
                       logger: logging.Logger, **_: Any) -> None:
     """Each unfinished Trial gets a driver task (`shipyard.handlers.trial_tasks`); a cancel
     request wakes it, and it decides `Cancelled` and stops its pods."""
-    raw = dict(body)
+    with metrics.reconciling("trial"):
+        _trial_event(event, dict(body), namespace, name, logger)
+
+
+def _trial_event(event: dict[str, Any], raw: dict[str, Any], namespace: str, name: str,
+                 logger: logging.Logger) -> None:
     if event.get("type") == "DELETED":
         trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
         pod_watch.trial_gone(namespace, name)
+        metrics.trial_gone(namespace, name)
         return
+    metrics.trial_seen(namespace, name, raw)
     driven = trial_tasks.update(namespace, name, raw)
     unfinished = _unfinished(raw.get("status") or {})
     if not driven and unfinished:

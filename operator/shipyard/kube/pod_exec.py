@@ -18,6 +18,7 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CH
 from websocket import ABNF, WebSocketException, WebSocketTimeoutException
 
 from shipyard.kube.client import configuration, count_request
+from shipyard.kube.metrics import API_REQUESTS, timed_exec
 
 log = logging.getLogger("shipyard.exec")
 EXEC_TIMEOUT_SEC = 120
@@ -127,8 +128,15 @@ def exec_in_pod(
     `stream()` swaps the transport of the ApiClient it is given, so each exec gets its own
     client instead of sharing the operator's.
     """
+    with timed_exec():
+        return _exec(namespace, pod, argv, stdin, container, timeout, max_output)
+
+
+def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None, container: str,
+          timeout: float, max_output: int) -> ExecResult:
     api = client.CoreV1Api(client.ApiClient(configuration()))
     count_request()
+    API_REQUESTS.labels("create", "pods/exec", "1xx").inc()  # a websocket upgrade
     # Every exec command line, so that anyone can check that no secret is ever on one.
     log.info("exec %s/%s: %s", namespace, pod, shlex.join(argv))
     try:

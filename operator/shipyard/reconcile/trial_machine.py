@@ -308,7 +308,8 @@ def infrastructure_failure(status: TrialStatus, plan: TrialPlan, retries: int, r
                            message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
     """An infrastructure failure: retried with a new pod while attempts remain (docs/harbor.md
     §b.8), else the trial fails. Task failures, timeouts and reward-file errors never come here."""
-    if reason not in RETRYABLE or status.attempt > retries:
+    preempted = status.queue.preemptions if status.queue is not None else 0  # not failures
+    if reason not in RETRYABLE or status.attempt - preempted > retries:
         return fail(status, reason, message, now)
     status = status.model_copy(deep=True)
     old_pods = [n for n in (status.pod_name, status.verifier_pod_name) if n]
