@@ -113,6 +113,9 @@ class TrialDriver:
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
         self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
+        # Pods into which a launch of task code was sent (its answer may never come: the
+        # container may end during it): their container's end is that code's failure.
+        self.task_code_sent: set[str] = set()
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
@@ -316,7 +319,8 @@ class TrialDriver:
                 await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
                 pods = await self.observe(force=True)
                 continue
-            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries)
+            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries,
+                                                           frozenset(self.task_code_sent))
             if decided is not None:
                 await self.save(decided, outcome)
             match action:
@@ -623,6 +627,8 @@ class TrialDriver:
         if command != "launch":
             return await self.exec_call(kube_runner.result, self.namespace, pod_name,
                                         phases[0], limit)
+        if any(plan.phase(p).name not in machine.OWN_PHASES for p in phases):
+            self.task_code_sent.add(pod_name)
         bundles = []
         for phase_id in phases:
             bundle = await self.bundle(phase_id, plan.phase(phase_id))
