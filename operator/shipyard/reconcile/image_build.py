@@ -10,6 +10,7 @@ handler retries with backoff). Terminal states never change: a broken Dockerfile
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -20,6 +21,13 @@ from shipyard.render.build_job import BUILD_CONTAINER
 
 MESSAGE_LINES = 12
 MESSAGE_CHARS = 1500
+STEP_LINES = 15
+"""The failing step's own last output lines shown in the ImageBuildFailed message."""
+LOG_LINES = 400
+"""How much of the builder's log the operator reads to find the failing step's output."""
+_STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+_STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ?(.*)$")
+_STEP_NAME = re.compile(r"^#(\d+) (\[.*)$")
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,35 @@ def last_lines(text: str) -> str:
     return tail[-MESSAGE_CHARS:]
 
 
+def failing_step(text: str) -> str:
+    """What the failing step of a `buildctl --progress plain` log printed: the step (`[2/3] RUN
+    ...`), its own last output lines and its error, e.g. a traceback of a download it attempted.
+    Empty when the log shows no failed step (the builder's last lines then tell)."""
+    lines = text.splitlines()
+    failed = [(m.group(1), m.group(2)) for m in map(_STEP_ERROR.match, lines) if m]
+    if not failed:
+        return ""
+    step, error = failed[-1]
+    name = next((m.group(2) for m in map(_STEP_NAME.match, lines) if m and m.group(1) == step),
+                f"step #{step}")
+    output = [m.group(2) for m in map(_STEP_OUTPUT.match, lines) if m and m.group(1) == step]
+    output = [o for o in output if o.strip()][-STEP_LINES:]
+    shown = "\n".join(f"  | {o[:300]}" for o in output) or "  (it printed nothing)"
+    return f"step {name[:300]} failed: {error[:300]}\nits last output lines:\n{shown}"
+
+
+def failure_message(log: str, job_name: str | None, namespace: str | None) -> str:
+    """The failing step's own output when the log shows it, else the builder's last lines; and
+    where the whole log is."""
+    step = failing_step(log)
+    message = step or (f"the builder's last lines:\n{last_lines(log)}" if log.strip() else "")
+    if job_name:
+        where = f" -n {namespace}" if namespace else ""
+        message += (f"\nthe whole build log: kubectl logs{where} job/{job_name} "
+                    f"(or shipyard logs --build {job_name}{where})")
+    return message
+
+
 def is_terminal(status: ImageBuildStatus) -> bool:
     return status.phase in ("Succeeded", "Failed")
 
@@ -107,14 +144,14 @@ def on_job_created(status: ImageBuildStatus, job_name: str, now: str) -> ImageBu
 
 
 def on_job(status: ImageBuildStatus, spec: ImageBuildSpec, job: JobObservation,
-           digest: str | None, now: str) -> ImageBuildStatus:
+           digest: str | None, now: str, namespace: str | None = None) -> ImageBuildStatus:
     """The build Job's outcome; `digest` is the pushed image's (read from the registry)."""
     if job.state == "succeeded":
         return status.model_copy(update={
             "phase": "Succeeded", "reason": "Built", "source": "built", "digest": digest,
             "message": f"built and pushed {spec.ref}", "finished_at": now})
     if job.state == "failed":
-        tail = last_lines(job.log_tail)
+        detail = failure_message(job.log_tail, status.job_name, namespace)
         if job.reason == "DeadlineExceeded":
             reason = Reason.BUILD_TIMEOUT
             message = (f"the build did not finish within build_timeout_sec "
@@ -122,8 +159,8 @@ def on_job(status: ImageBuildStatus, spec: ImageBuildSpec, job: JobObservation,
         else:
             reason = Reason.IMAGE_BUILD_FAILED
             message = "the build failed"
-        if tail:
-            message += f"; the builder's last lines:\n{tail}"
+        if detail:
+            message += f"; {detail}"
         return status.model_copy(update={
             "phase": "Failed", "reason": reason, "message": message, "finished_at": now})
     return status
