@@ -30,6 +30,8 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+import clusterdns
+import mirrors
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
@@ -327,6 +329,8 @@ def up() -> int:
     began = time.monotonic()
     t = Timings()
     if update_in_place(layout) and healthy_within(layout, 15):
+        ensure_mirrors(layout)
+        ensure_cluster_dns(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
     print(f"starting the local cluster (Kubernetes {KUBERNETES_VERSION})", flush=True)
@@ -356,6 +360,7 @@ def up() -> int:
     with t.stage("containerd"):
         start(layout, "containerd", procs["containerd"].argv, pids)
         wait_until(layout, "containerd", pids, lambda: containerd_serving(layout), 30)
+        mirrors.record(layout, pids["containerd"])
     with t.stage("etcd"):
         start(layout, "etcd", procs["etcd"].argv, pids)
     with t.stage("images (import)"):
@@ -386,6 +391,8 @@ def up() -> int:
         )
     with t.stage("base image stand-ins"):
         ensure_seeds(layout)
+    with t.stage("cluster DNS (CoreDNS)"):
+        ensure_cluster_dns(layout)
     print(
         f"cluster ready in {time.monotonic() - began:.1f}s; export KUBECONFIG={layout.kubeconfig}"
     )
@@ -430,6 +437,38 @@ def update_in_place(layout: Layout) -> bool:
     wait_until(layout, "kubelet", pids, lambda: node_ready(layout), 90)
     ensure_seeds(layout)
     return True
+
+
+def ensure_mirrors(layout: Layout) -> None:
+    """The registry mirrors' hosts files (mirrors.py); a containerd that started before they
+    were configured is restarted once to read its `config_path`."""
+    mirrors.write_hosts(layout)
+    pid = read_pids(layout).get("containerd")
+    if pid is not None and not mirrors.loaded_by(layout, pid):
+        (layout.state / "containerd.toml").write_text(_containerd_toml(layout))
+        print("  restarting containerd once: it started without the registry mirrors",
+              flush=True)
+        restart("containerd")
+        mirrors.record(layout, read_pids(layout)["containerd"])
+
+
+def _containerd_toml(layout: Layout) -> str:
+    from components import _containerd_config
+
+    return _containerd_config(layout)
+
+
+def ensure_cluster_dns(layout: Layout) -> None:
+    """CoreDNS and the kube-dns Service (clusterdns.py); a kubelet started before the cluster
+    had DNS is restarted once to read its `clusterDNS`."""
+    try:
+        clusterdns.apply(layout, str(layout.binary("kubectl")))
+    except (RuntimeError, BuildError) as e:
+        raise ClusterError(str(e)) from None
+    status, body = api_get(layout, f"/api/v1/nodes/{NODE_NAME}/proxy/configz", timeout=10)
+    if status == 200 and not clusterdns.kubelet_has_cluster_dns(json.loads(body)):
+        print("  restarting kubelet once: it started without the cluster DNS", flush=True)
+        restart("kubelet")
 
 
 def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:
@@ -588,9 +627,11 @@ def status() -> int:
     return 0 if ready else 1
 
 
-RESTARTABLE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
-               "kube-proxy", "kube-router", "registry", "buildkitd")
-"""containerd is not: pods' containers would go with it, which is a node reboot, not a restart."""
+RESTARTABLE = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager",
+               "kube-scheduler", "kubelet", "kube-proxy", "kube-router", "registry", "buildkitd")
+"""containerd is stopped alone (its pid, not its process group): the containers' shims, in
+process groups of their own, keep the pods running while it restarts, as on a node where
+containerd's service is restarted."""
 
 
 def restart(name: str, kill: bool = False) -> int:
@@ -605,7 +646,9 @@ def restart(name: str, kill: bool = False) -> int:
     component = next(c for c in components(layout) if c.name == name)
     began, since = time.monotonic(), time.time()
     pid = pids.pop(name)
-    if kill:
+    if name == "containerd":
+        _stop_alone(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    elif kill:
         with suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     else:
@@ -616,6 +659,7 @@ def restart(name: str, kill: bool = False) -> int:
         time.sleep(0.05)
     start(layout, name, component.argv, pids)
     checks = {
+        "containerd": lambda: containerd_serving(layout),
         "etcd": _etcd_healthy,
         "kube-apiserver": lambda: apiserver_ready(layout),
         "kubelet": lambda: _kubelet_serving(layout, since),
@@ -628,6 +672,18 @@ def restart(name: str, kill: bool = False) -> int:
     print(f"{name} restarted ({'SIGKILL' if kill else 'SIGTERM'}): serving again after "
           f"{time.monotonic() - began:.1f}s")
     return 0
+
+
+def _stop_alone(pid: int, sig: int) -> None:
+    """Signal only `pid` (not its process group) and wait for it to exit (SIGKILL after 10 s)."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with suppress(ProcessLookupError):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _all_threads_gone(pid: int) -> bool:
