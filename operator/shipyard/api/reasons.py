@@ -42,6 +42,7 @@ class Reason(StrEnum):
     ENVIRONMENT_STARTING = "EnvironmentStarting"
     WAITING_FOR_TASK = "WaitingForTask"
     WAITING_FOR_IMAGE = "WaitingForImage"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
     RETRYING = "Retrying"
     HEALTHCHECK_RUNNING = "HealthcheckRunning"
     SETUP_RUNNING = "SetupRunning"
@@ -115,7 +116,8 @@ SWEEP_REASONS = frozenset({
 """The reasons of a Sweep's conditions (documented in docs/sweeps.md)."""
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})
 """Infrastructure failures that a Trial's `retries` retry with a new pod."""
-WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING})
+WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING,
+                     Reason.WAITING_FOR_CAPACITY})
 """Running=False/True reasons of a trial that waits rather than runs a phase."""
 
 

@@ -43,9 +43,11 @@ from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
 from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
+from shipyard.kube import nodes as kube_nodes
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
@@ -205,9 +207,10 @@ class TrialDriver:
                 raise PlanError(Reason.TRIAL_INVALID, f"operator settings: {self.settings.error}")
             self.network = await self.call(cluster_network_settings, self.settings.network)
             images = await self.wait_for_images(spec, task)
+            nodes = node_capacities(await self.call(kube_nodes.allocatable))
             plan = build_plan(task, spec, self.settings.task_env, self.network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
-                              images)
+                              images, nodes)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
