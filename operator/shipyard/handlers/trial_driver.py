@@ -29,6 +29,7 @@ from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     LABEL_NETWORK,
     Role,
+    artifacts_configmap_name,
     cancel_requested,
     event_name,
     iso,
@@ -41,6 +42,7 @@ from shipyard.handlers import image_builds
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
+from shipyard.kube import artifacts as kube_artifacts
 from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
 from shipyard.kube import nodes as kube_nodes
@@ -56,6 +58,7 @@ from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
@@ -300,8 +303,11 @@ class TrialDriver:
                         pods = await self.observe(force=True)
                         continue
                     pods = await self.observe()
-                case machine.StopPod(role=role):
+                case machine.StopPod(role=role, keep_artifacts=keep_artifacts):
                     name = machine.pod_name(self.status, role)
+                    if name and keep_artifacts and not await self.keep_artifacts(name):
+                        pods = await self.observe(force=True)
+                        continue
                     if name and not keep:
                         await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
@@ -480,10 +486,39 @@ class TrialDriver:
         self.logger.info(f"pod {pod}: network policy {key} ({why})")
         return True
 
+    async def keep_artifacts(self, pod: str) -> bool:
+        """The artifacts the collect phase packed in the environment pod, kept in ConfigMaps
+        of the trial's before the pod goes; False when the exec did not run (look again)."""
+        reply = await self.exec_call(kube_runner.read_file, self.namespace, pod, ARTIFACTS_TAR)
+        if reply.state == "ok":
+            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, reply.stdout))
+        elif reply.exit_code is None:
+            return False
+        else:
+            self.logger.warning(f"no artifacts from {pod}: {reply.error}")
+        return True
+
+    async def kept_artifacts(self) -> bytes | None:
+        name = self.body["metadata"]["name"]
+        first = await self.call(kube_artifacts.load, self.namespace,
+                                [artifacts_configmap_name(name, 0)])
+        if not first:
+            return None
+        names = [artifacts_configmap_name(name, i) for i in range(1, parts_of(first[0]))]
+        rest = await self.call(kube_artifacts.load, self.namespace, names) if names else []
+        if rest is None:
+            return None
+        return b"".join(part_bytes(cm) for cm in [*first, *rest])
+
     async def bundle(self, phase_id: str, phase: PhaseSpec) -> bytes | kube_runner.Reply:
         """The phase's bundle; a separate verifier's first phase also carries the agent
         environment's artifacts, packed by the collect phase (read now, so a restarted
-        operator simply reads them again). The failed read's reply when that exec failed."""
+        operator simply reads them again), or kept before its pod was stopped. The failed
+        read's reply when that exec failed."""
+        if phase.name == "verifier-environment" and not self.status.pod_name:
+            kept = await self.kept_artifacts()
+            if kept is not None:
+                phase = replace(phase, payload={**phase.payload, "artifacts.tar": kept})
         if phase.name == "verifier-environment" and self.status.pod_name:
             reply = await self.exec_call(kube_runner.read_file, self.namespace,
                                          self.status.pod_name, ARTIFACTS_TAR)

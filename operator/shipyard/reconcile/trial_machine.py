@@ -85,6 +85,9 @@ class CreatePod:
 @dataclass(frozen=True)
 class StopPod:
     role: Role
+    keep_artifacts: bool = False
+    """Read the artifacts the collect phase packed in the pod, and keep them, before the pod
+    goes (the last step's separate verifier is set up from them)."""
 
 
 @dataclass(frozen=True)
@@ -677,7 +680,12 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
     # A separate verifier's pod is stopped once its verification is over.
     if status.verifier_pod_name and spec.pod != Role.VERIFIER:
         return StopPod(Role.VERIFIER), None, None
-    # The agent environment is stopped before the last step's separate verification.
+    # The agent environment is stopped before the last step's separate verifier pod is
+    # created (as Harbor stops it before the verifier's environment starts): the verifier
+    # gets the node's resources the environment held; its artifacts are kept first.
+    if (spec.name == "verifier-environment" and spec.pod == Role.VERIFIER and status.pod_name
+            and status.verifier_pod_name is None and _last_step(plan, spec.step)):
+        return StopPod(Role.ENV, keep_artifacts=True), None, None
     if (spec.name == "verifier" and spec.pod == Role.VERIFIER and status.pod_name
             and _last_step(plan, spec.step)):
         return StopPod(Role.ENV), None, None
