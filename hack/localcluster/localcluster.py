@@ -32,6 +32,7 @@ from pathlib import Path
 
 import clusterdns
 import mirrors
+import operator_defaults
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
@@ -463,6 +464,7 @@ def ensure_cluster_dns(layout: Layout) -> None:
     had DNS is restarted once to read its `clusterDNS`."""
     try:
         clusterdns.apply(layout, str(layout.binary("kubectl")))
+        operator_defaults.apply(layout, str(layout.binary("kubectl")))
     except (RuntimeError, BuildError) as e:
         raise ClusterError(str(e)) from None
     status, body = api_get(layout, f"/api/v1/nodes/{NODE_NAME}/proxy/configz", timeout=10)
@@ -719,6 +721,10 @@ def env() -> int:
     layout = Layout.default()
     print(f"export KUBECONFIG={layout.kubeconfig}")
     print(f"export PATH={layout.bin}:$PATH")
+    # What an operator run by hand uses here: it reads them from the cluster (commented out, so
+    # that an `eval` does not hand them to every process of the shell, test operators included).
+    print("# `shipyard operator` run by hand reads these from kube-public/shipyard-localcluster:")
+    print("\n".join(f"#   {line}" for line in operator_defaults.exports()))
     return 0
 
 
