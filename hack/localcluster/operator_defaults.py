@@ -1,6 +1,7 @@
 """What an operator run by hand (`shipyard operator` from a checkout) needs to know about the
-local cluster: its image builder, registry and probe image. Published as the ConfigMap `kube-public/shipyard-localcluster` (which the operator reads
-when it runs outside a pod and the variable is not set) and printed by `localcluster.py env`.
+local cluster: its image builder, registry and probe image. Published as the ConfigMap
+`kube-public/shipyard-localcluster` (which the operator reads when it runs outside a pod and
+the variable is not set) and printed by `localcluster.py env`.
 """
 
 from __future__ import annotations
