@@ -11,11 +11,13 @@ import kopf
 from shipyard.api.conventions import condition
 from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import config
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.kube import events as kube_events
 from shipyard.kube import objects
 from shipyard.plan.task_summary import summarize
+from shipyard.taskformat import runnable
 
 RECHECK_SEC = 10.0
 
@@ -75,9 +77,20 @@ async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]
                           last_transition_time=now, observed_generation=generation)
         return (TaskStatus(observed_generation=generation, conditions=[ready]),
                 ("Warning", reason, e.message))
+    verdicts = runnable.verdicts(
+        task, bool(config.current().scheduling.pod_defaults.image_pull_secrets))
+    refused = [str(v) for v in verdicts if v.refused]
+    if refused:
+        message = "this operator will not run it: " + "; ".join(refused)
+        ready = Condition(type="Ready", status="False", reason=Reason.TASK_INVALID,
+                          message=message, last_transition_time=now,
+                          observed_generation=generation)
+        return (TaskStatus(observed_generation=generation, digest=task.digest,
+                           conditions=[ready]), ("Warning", Reason.TASK_INVALID, message))
+    notes = "".join(f"; note: {v}" for v in verdicts)
     summary = summarize(task)
     ready = Condition(type="Ready", status="True", reason=Reason.VALID,
-                      message=f"task {task.name} is valid", last_transition_time=now,
+                      message=f"task {task.name} is valid{notes}", last_transition_time=now,
                       observed_generation=generation)
     status = TaskStatus(observed_generation=generation, digest=task.digest, summary=summary,
                         conditions=[ready])

@@ -65,6 +65,7 @@ from shipyard.taskformat import (
     effective_timeout,
     resolve_env_templates,
     resolve_network_plan,
+    runnable,
     step_settings,
 )
 
@@ -265,6 +266,11 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     cluster's nodes, against which a pod that can never fit is refused now."""
     config = task.config
     env_config = config.environment
+    pull_secrets = bool(spec.pod.image_pull_secrets or (
+        scheduling or SchedulingSettings()).pod_defaults.image_pull_secrets)
+    refused = runnable.refusal(task, pull_secrets)
+    if refused is not None:
+        raise PlanError(Reason.TASK_INVALID, refused)
     images = images or {}
     image = spec.environment.image or images.get("environment") or env_config.docker_image
     if not image:
