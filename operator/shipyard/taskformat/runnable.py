@@ -91,7 +91,11 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
     return found
 
 
+def refused_message(found: list[Verdict]) -> str | None:
+    refused = [str(v) for v in found if v.refused]
+    return ("this operator will not run it: " + "; ".join(refused)) if refused else None
+
+
 def refusal(task: LoadedTask, pull_secrets: bool = False) -> str | None:
     """Why the operator will not run the task (None: it will)."""
-    refused = [str(v) for v in verdicts(task, pull_secrets) if v.refused]
-    return "; ".join(refused) or None
+    return refused_message(verdicts(task, pull_secrets))

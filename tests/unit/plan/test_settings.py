@@ -129,3 +129,19 @@ def test_an_operator_run_by_hand_takes_the_clusters_published_defaults_under_its
     # In a pod the chart's environment alone counts.
     in_pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     assert with_cluster_defaults(in_pod, published) == in_pod
+
+
+def test_the_default_lease_is_named_from_the_namespaces_served():
+    leader = LeaderSettings.from_env({})
+    assert leader.lease_for([]) == OPERATOR_LEASE  # every namespace
+    assert leader.lease_for(["team-b", "team-a", "team-a"]) == "shipyard-operator.team-a.team-b"
+    assert leader.lease_for(["team-a"]) != leader.lease_for(["team-b"])
+    many = [f"namespace-{i:03d}" for i in range(30)]
+    name = leader.lease_for(many)
+    assert len(name) <= 253 and name.startswith("shipyard-operator-")
+    assert name == leader.lease_for(reversed(many))
+
+
+def test_an_explicit_lease_name_wins_whatever_is_served():
+    leader = LeaderSettings.from_env({"SHIPYARD_LEADER_LEASE_NAME": "shipyard-operator"})
+    assert leader.named and leader.lease_for(["team-a"]) == "shipyard-operator"
