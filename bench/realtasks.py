@@ -217,7 +217,8 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
                         f"{first or tail}")[:400]
 
 
-def start_operator(kubeconfig: str, prefix: str, log: Path, ratio: str) -> subprocess.Popen:
+def start_operator(kubeconfig: str, prefix: str, log: Path, ratio: str,
+                   source: Path | None = None) -> subprocess.Popen:
     """This checkout's operator on the bench's namespaces: the local cluster's builder,
     registry and probe image (its published defaults), CPU requests at `ratio` of the declared
     cpus (a 2-core node), its own Lease."""
@@ -234,7 +235,8 @@ def start_operator(kubeconfig: str, prefix: str, log: Path, ratio: str) -> subpr
     }
     return subprocess.Popen(
         [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n", f"{prefix}-*"],
-        env=dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1", **env),
+        env=dict(os.environ, KUBECONFIG=kubeconfig, PYTHONUNBUFFERED="1", **env,
+                 **({"PYTHONPATH": str(source / "operator")} if source else {})),
         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
         start_new_session=True)
 
@@ -259,6 +261,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per task")
     parser.add_argument("--json", type=Path, default=None, help="write the outcomes here")
     parser.add_argument("--keep", action="store_true", help="keep the namespaces")
+    parser.add_argument("--operator-source", type=Path, default=None,
+                        help="run the operator from this checkout's operator/ (e.g. an older "
+                             "commit's worktree, for a before/after comparison)")
     parser.add_argument("--cpu-request-ratio", default="0.25",
                         help="the operator's SHIPYARD_TRIAL_CPU_REQUEST_RATIO (default 0.25)")
     args = parser.parse_args()
@@ -277,7 +282,8 @@ def main() -> int:
                     "apply", "-f", str(ROOT / "crds")], check=True, capture_output=True)
     log = Path(tempfile.mkdtemp()) / "operator.log"
     print(f"{len(dirs)} tasks; operator log {log}", flush=True)
-    operator = start_operator(kubeconfig, prefix, log, args.cpu_request_ratio)
+    operator = start_operator(kubeconfig, prefix, log, args.cpu_request_ratio,
+                              args.operator_source)
 
     def one(i: int) -> Outcome:
         cluster.core.create_namespace({"metadata": {"name": namespaces[i]}})

@@ -96,7 +96,7 @@ def manifests() -> list[dict]:
                  "dnsPolicy": "Default",
                  "containers": [{
                      "name": "coredns", "image": IMAGE_COREDNS, "imagePullPolicy": "Never",
-                     "args": ["-conf", "/etc/coredns/Corefile"],
+                     "command": ["/coredns", "-conf", "/etc/coredns/Corefile"],
                      "ports": [{"containerPort": 53, "protocol": "UDP", "name": "dns"},
                                {"containerPort": 53, "protocol": "TCP", "name": "dns-tcp"}],
                      "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181},
@@ -133,5 +133,5 @@ def apply(layout: Layout, kubectl: str) -> None:
 
 
 def kubelet_has_cluster_dns(configz: dict) -> bool:
-    """Whether the running kubelet (its /configz answer) has the cluster DNS."""
-    return DNS_SERVICE_IP in ((configz.get("kubeletconfig") or {}).get("clusterDNS") or [])
+    """Whether the running kubelet (its /configz answer) has a cluster DNS."""
+    return bool((configz.get("kubeletconfig") or {}).get("clusterDNS"))

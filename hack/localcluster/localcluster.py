@@ -332,6 +332,7 @@ def up() -> int:
     if update_in_place(layout) and healthy_within(layout, 15):
         ensure_mirrors(layout)
         ensure_cluster_dns(layout)
+        ensure_seeds(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
     print(f"starting the local cluster (Kubernetes {KUBERNETES_VERSION})", flush=True)
@@ -467,10 +468,26 @@ def ensure_cluster_dns(layout: Layout) -> None:
         operator_defaults.apply(layout, str(layout.binary("kubectl")))
     except (RuntimeError, BuildError) as e:
         raise ClusterError(str(e)) from None
-    status, body = api_get(layout, f"/api/v1/nodes/{NODE_NAME}/proxy/configz", timeout=10)
-    if status == 200 and not clusterdns.kubelet_has_cluster_dns(json.loads(body)):
+    if not clusterdns.kubelet_has_cluster_dns(_kubelet_configz(layout)):
+        from components import _kubelet_config
+
+        (layout.state / "kubelet.yaml").write_text(_kubelet_config(layout))
         print("  restarting kubelet once: it started without the cluster DNS", flush=True)
         restart("kubelet")
+
+
+def _kubelet_configz(layout: Layout) -> dict:
+    """The running kubelet's configuration, from its own /configz (the apiserver's node proxy
+    refuses the loopback node address); {} when it does not answer."""
+    ctx = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    ctx.load_cert_chain(str(layout.pki / "apiserver-kubelet-client.crt"),
+                        str(layout.pki / "apiserver-kubelet-client.key"))
+    try:
+        with urllib.request.urlopen("https://127.0.0.1:10250/configz", context=ctx,
+                                    timeout=10) as resp:
+            return json.loads(resp.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return {"kubeletconfig": {"clusterDNS": ["unknown"]}}  # not known: no restart
 
 
 def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:

@@ -41,6 +41,7 @@ def test_the_cluster_dns_is_kube_dns_pods_behind_its_service():
 
 def test_a_kubelet_without_the_cluster_dns_is_told_apart():
     assert not clusterdns.kubelet_has_cluster_dns({"kubeletconfig": {"clusterDNS": []}})
+    assert not clusterdns.kubelet_has_cluster_dns({"kubeletconfig": {"clusterDNS": None}})
     assert not clusterdns.kubelet_has_cluster_dns({"kubeletconfig": {}})
     assert clusterdns.kubelet_has_cluster_dns(
         {"kubeletconfig": {"clusterDNS": [clusterdns.DNS_SERVICE_IP]}})
