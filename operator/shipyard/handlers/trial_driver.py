@@ -52,7 +52,14 @@ from shipyard.kube.errors import ApiException, error_body, is_server_error
 from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
-from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
+from shipyard.plan.phases import (
+    ARTIFACTS_TAR,
+    PhaseSpec,
+    PlanError,
+    TrialPlan,
+    build_plan,
+    check_runnable,
+)
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
@@ -209,6 +216,7 @@ class TrialDriver:
             if self.settings.error:
                 raise PlanError(Reason.TRIAL_INVALID, f"operator settings: {self.settings.error}")
             self.network = await self.call(cluster_network_settings, self.settings.network)
+            check_runnable(task, spec, self.settings.scheduling)  # before building its images
             images = await self.wait_for_images(spec, task)
             nodes = node_capacities(await self.call(kube_nodes.allocatable))
             plan = build_plan(task, spec, self.settings.task_env, self.network,

@@ -130,18 +130,21 @@ def never_fits_message(what: str, requests: PodRequests, cpus: float | None,
             f"or the operator's CPU request setting {REQUEST_SETTINGS}")
 
 
-_REASONS = re.compile(r"nodes are available: (.*?)(?:\. preemption:|$)", re.S)
+_REASON = re.compile(r"^(\d+)\s+(.+)$")
 
 
 def waits_for_capacity(message: str) -> bool:
     """Whether the scheduler's Unschedulable message says only that the nodes are full now
-    (Insufficient cpu/memory, too many pods), not that no node may take the pod at all."""
-    m = _REASONS.search(message or "")
-    if not m:
+    (Insufficient cpu/memory, too many pods), not that no node may take the pod at all. Its
+    form: `0/1 nodes are available: 1 Insufficient cpu, 2 ... [.,] preemption: ...`; phrases
+    without a node count (`no new claims to deallocate`) are not reasons."""
+    head = (message or "").split("preemption:")[0]
+    if "nodes are available:" not in head:
         return False
-    reasons = [re.sub(r"^\d+\s+", "", r.strip()).rstrip(".") for r in m.group(1).split(",")]
+    listed = re.split(r"[,.]\s*", head.split("nodes are available:", 1)[1])
+    reasons = [m.group(2).strip() for m in map(_REASON.match, (p.strip() for p in listed)) if m]
     return bool(reasons) and all(r.startswith("Insufficient ") or r == "Too many pods"
-                                 for r in reasons if r)
+                                 for r in reasons)
 
 
 def unschedulable_message(scheduler: str, what: str, requests: PodRequests,

@@ -251,6 +251,17 @@ def phase_id(kind: str, step_index: int | None) -> str:
     return kind if step_index is None else f"s{step_index}-{kind}"
 
 
+def check_runnable(task: LoadedTask, spec: TrialSpec,
+                   scheduling: SchedulingSettings | None = None) -> None:
+    """PlanError (TaskInvalid) when this operator will not run the task at all
+    (`taskformat.runnable`): before any image is built or pod created."""
+    pull_secrets = bool(spec.pod.image_pull_secrets or (
+        scheduling or SchedulingSettings()).pod_defaults.image_pull_secrets)
+    refused = runnable.refusal(task, pull_secrets)
+    if refused is not None:
+        raise PlanError(Reason.TASK_INVALID, refused)
+
+
 def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                network: NetworkSettings | None = None,
                scheduling: SchedulingSettings | None = None,
@@ -267,11 +278,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     cluster's nodes, against which a pod that can never fit is refused now."""
     config = task.config
     env_config = config.environment
-    pull_secrets = bool(spec.pod.image_pull_secrets or (
-        scheduling or SchedulingSettings()).pod_defaults.image_pull_secrets)
-    refused = runnable.refusal(task, pull_secrets)
-    if refused is not None:
-        raise PlanError(Reason.TASK_INVALID, refused)
+    check_runnable(task, spec, scheduling)
     images = images or {}
     image = spec.environment.image or images.get("environment") or env_config.docker_image
     if not image:

@@ -21,13 +21,16 @@ from shipyard.render.build_job import BUILD_CONTAINER
 
 MESSAGE_LINES = 12
 MESSAGE_CHARS = 1500
-STEP_LINES = 15
+STEP_LINES = 8
+STEP_CHARS = 560
+"""At most this much of them: with the rest, the message fits an Event (1 KiB) whole."""
 """The failing step's own last output lines shown in the ImageBuildFailed message."""
 LOG_LINES = 400
 """How much of the builder's log the operator reads to find the failing step's output."""
 _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ?(.*)$")
 _STEP_NAME = re.compile(r"^#(\d+) (\[.*)$")
+_EXIT_CODE = re.compile(r"exit code: \d+")
 
 
 @dataclass(frozen=True)
@@ -100,21 +103,33 @@ def failing_step(text: str) -> str:
     name = next((m.group(2) for m in map(_STEP_NAME.match, lines) if m and m.group(1) == step),
                 f"step #{step}")
     output = [m.group(2) for m in map(_STEP_OUTPUT.match, lines) if m and m.group(1) == step]
-    output = [o for o in output if o.strip()][-STEP_LINES:]
-    shown = "\n".join(f"  | {o[:300]}" for o in output) or "  (it printed nothing)"
-    return f"step {name[:300]} failed: {error[:300]}\nits last output lines:\n{shown}"
+    # Its last lines first-class: short enough that an Event's message keeps them whole.
+    kept: list[str] = []
+    for line in reversed([o for o in output if o.strip() and set(o.strip()) != {"^"}]):
+        line = f"  | {line[:160]}"
+        if len(kept) >= STEP_LINES or sum(map(len, kept)) + len(line) > STEP_CHARS:
+            break
+        kept.insert(0, line)
+    shown = "\n".join(kept) or "  (it printed nothing)"
+    code = _EXIT_CODE.search(error)
+    name = name if len(name) <= 100 else name[:97] + "..."
+    return (f"step {name} failed ({code.group(0) if code else error[:200]}); its last output "
+            f"lines:\n{shown}")
 
 
 def failure_message(log: str, job_name: str | None, namespace: str | None) -> str:
     """The failing step's own output when the log shows it, else the builder's last lines; and
     where the whole log is."""
     step = failing_step(log)
-    message = step or (f"the builder's last lines:\n{last_lines(log)}" if log.strip() else "")
+    where = ""
     if job_name:
-        where = f" -n {namespace}" if namespace else ""
-        message += (f"\nthe whole build log: kubectl logs{where} job/{job_name} "
-                    f"(or shipyard logs --build {job_name}{where})")
-    return message
+        ns = f" -n {namespace}" if namespace else ""
+        where = f"the whole log: kubectl logs{ns} job/{job_name}; "
+    if step:
+        head, _, lines = step.partition("; its last output lines:\n")
+        return f"{head}; {where}its last output lines:\n{lines}"
+    tail = f"the builder's last lines:\n{last_lines(log)}" if log.strip() else ""
+    return (where + tail).removesuffix("; ")
 
 
 def is_terminal(status: ImageBuildStatus) -> bool:

@@ -77,6 +77,13 @@ def test_scheduler_messages_that_mean_full_now():
     assert not waits_for_capacity("0/2 nodes are available: 1 node(s) didn't match Pod's node "
                                   "affinity/selector, 1 Insufficient cpu.")
     assert not waits_for_capacity("no nodes available to schedule pods")
+    # Kubernetes 1.34's wording (a DRA phrase, a comma before preemption).
+    assert waits_for_capacity("0/1 nodes are available: 1 Insufficient cpu. no new claims to "
+                              "deallocate, preemption: 0/1 nodes are available: 1 No "
+                              "preemption victims found for incoming pod.")
+    assert not waits_for_capacity("0/1 nodes are available: 1 node(s) had untolerated taint "
+                                  "{x: y}. no new claims to deallocate, preemption: 0/1 nodes "
+                                  "are available: 1 Preemption is not helpful.")
 
 
 def test_a_pod_that_can_never_fit_is_refused_before_the_trial_starts():
