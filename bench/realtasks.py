@@ -56,6 +56,8 @@ ENVIRONMENT_PATTERNS = [
      r"pull access denied|ErrImagePull|ImagePullBackOff|failed to do request",
      "a base image with no local stand-in"),
     (r"windows|Windows", "a Windows image"),
+    (r"FQDN network policy backend", "no FQDN network policy backend on this cluster"),
+    (r"[Uu]se\.?[Cc]omputer|computer-use|Daytona|daytona", "a computer-use/sandbox provider"),
 ]
 
 

@@ -116,13 +116,29 @@ STAND_INS["node"] = (
     'the tag says: a local test stand-in, not the upstream node image"\n',
     [f"library/node:{v}{s}" for v in ("18", "20", "22", "24", "lts", "latest")
      for s in ("", "-slim", "-bookworm", "-bookworm-slim")])
+_APK = """\
+COPY <<'EOF' /sbin/apk
+#!/bin/sh
+# A stand-in's apk: `apk add`/`del`/`update` with the Debian packages of the same names.
+cmd=$1; [ $# -gt 0 ] && shift
+pkgs=; skip=
+for a in "$@"; do
+  if [ -n "$skip" ]; then skip=; continue; fi
+  case "$a" in --virtual|-t|--repository|-X) skip=1 ;; -*) ;; *) pkgs="$pkgs $a" ;; esac
+done
+export DEBIAN_FRONTEND=noninteractive
+case "$cmd" in
+  add) apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs ;;
+  del) apt-get remove -y -qq $pkgs ;;
+  update) apt-get update -qq ;;
+  *) echo "stand-in apk: '$cmd' is not supported" >&2; exit 1 ;;
+esac
+EOF
+RUN chmod +x /sbin/apk
+"""
 STAND_INS["alpine"] = (
-    f"FROM {BASE_REPO}\n" + _TRUST
-    + "RUN printf '#!/bin/sh\\n# stand-in apk: installs the Debian packages of the same names\\n"
-    'pkgs=; for a in \\"$@\\"; do case \\"$a\\" in add|--no-cache|--update|-U|-q) ;; *) '
-    'pkgs=\\"$pkgs $a\\";; esac; done\\napt-get update -qq && DEBIAN_FRONTEND=noninteractive '
-    "apt-get install -y -qq --no-install-recommends $pkgs\\n' > /sbin/apk && chmod +x /sbin/apk\n"
-    f'LABEL {STAND_IN_LABEL}="Debian bookworm posing as Alpine (its apk installs Debian '
+    f"FROM {BASE_REPO}\n" + _TRUST + _APK
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm posing as Alpine (its apk installs Debian '
     'packages of the same names): a local test stand-in, not the upstream alpine image"\n',
     [f"library/alpine:{t}" for t in ("3.18", "3.19", "3.20", "3.21", "3.22", "latest")])
 STAND_INS["t-bench"] = (
