@@ -141,6 +141,16 @@ STAND_INS["alpine"] = (
     + f'LABEL {STAND_IN_LABEL}="Debian bookworm posing as Alpine (its apk installs Debian '
     'packages of the same names): a local test stand-in, not the upstream alpine image"\n',
     [f"library/alpine:{t}" for t in ("3.18", "3.19", "3.20", "3.21", "3.22", "latest")])
+# uv's image holds /uv and /uvx (for `COPY --from=ghcr.io/astral-sh/uv`): the same binaries
+# from uv's wheel on PyPI.
+UV_VERSION = "0.9.7"
+_UV = (f"RUN pip install --break-system-packages --no-cache-dir -q uv=={UV_VERSION} "
+       "&& cp /usr/local/bin/uv /usr/local/bin/uvx / && /uv --version\n")
+STAND_INS["uv"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates python3-pip") + _UV
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with /uv and /uvx {UV_VERSION} from uv\'s wheel '
+    'on PyPI: a local test stand-in, not the upstream uv image"\n',
+    [f"ghcr.io/astral-sh/uv:{t}" for t in ("latest", UV_VERSION, UV_VERSION.rsplit(".", 1)[0])])
 STAND_INS["t-bench"] = (
     f"FROM {BASE_REPO}\n" + _TRUST
     + _APT.format("ca-certificates tmux curl python3-pip python3-venv")
