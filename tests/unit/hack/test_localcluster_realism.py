@@ -55,5 +55,6 @@ def test_every_stand_in_is_labelled_and_the_common_bases_have_one():
         tags.update(names)
     for base in ("library/ubuntu:24.04", "library/ubuntu:22.04", "library/golang:1.25-bookworm",
                  "library/node:20", "library/alpine:3.22", "library/python:3.12-slim",
-                 "ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest", "ghcr.io/astral-sh/uv:latest"):
+                 "ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest",
+                 "ghcr.io/astral-sh/uv:latest"):
         assert base in tags, base
