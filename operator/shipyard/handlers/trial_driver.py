@@ -500,6 +500,10 @@ class TrialDriver:
         reply = await self.exec_call(kube_runner.read_file, self.namespace, pod, ARTIFACTS_TAR)
         if reply.state == "ok":
             await self.call(kube_artifacts.save, artifacts_configmaps(self.body, reply.stdout))
+        elif reply.state == "gone":
+            # Deleted already (an operator stopped between the delete and its record): what it
+            # packed was kept before the delete.
+            self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
         elif reply.exit_code is None:
             return False
         else:

@@ -110,11 +110,13 @@ def failing_step(text: str) -> str:
         if len(kept) >= STEP_LINES or sum(map(len, kept)) + len(line) > STEP_CHARS:
             break
         kept.insert(0, line)
-    shown = "\n".join(kept) or "  (it printed nothing)"
     code = _EXIT_CODE.search(error)
     name = name if len(name) <= 100 else name[:97] + "..."
-    return (f"step {name} failed ({code.group(0) if code else error[:200]}); its last output "
-            f"lines:\n{shown}")
+    head = f"step {name} failed ({code.group(0) if code else error[:200]})"
+    if not kept:
+        return head + ("; it printed nothing" if name.startswith("[") and " RUN " in name
+                       else "")
+    return head + "; its last output lines:\n" + "\n".join(kept)
 
 
 def failure_message(log: str, job_name: str | None, namespace: str | None) -> str:
@@ -126,8 +128,8 @@ def failure_message(log: str, job_name: str | None, namespace: str | None) -> st
         ns = f" -n {namespace}" if namespace else ""
         where = f"the whole log: kubectl logs{ns} job/{job_name}; "
     if step:
-        head, _, lines = step.partition("; its last output lines:\n")
-        return f"{head}; {where}its last output lines:\n{lines}"
+        head, sep, lines = step.partition("; its last output lines:\n")
+        return f"{head}; {where}{sep.removeprefix('; ')}{lines}".rstrip("; ")
     tail = f"the builder's last lines:\n{last_lines(log)}" if log.strip() else ""
     return (where + tail).removesuffix("; ")
 

@@ -141,4 +141,8 @@ def test_a_log_without_a_failed_step_falls_back_to_its_last_lines():
 
 def test_a_silent_step_says_so():
     log = "#4 [2/2] RUN false\n#4 ERROR: process \"/bin/sh -c false\" exit code: 1\n"
-    assert "(it printed nothing)" in failing_step(log)
+    assert failing_step(log).endswith("(exit code: 1); it printed nothing")
+    missing = "#2 [internal] load metadata for x\n#2 ERROR: x: not found\n"
+    assert failure_message(missing, "b", "ns") == (
+        "step [internal] load metadata for x failed (x: not found); the whole log: "
+        "kubectl logs -n ns job/b")
