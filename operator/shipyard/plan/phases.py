@@ -284,9 +284,9 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     if not image:
         raise PlanError(
             Reason.TASK_INVALID,
-            "environment.docker_image: the task has none and the Trial sets no "
-            "spec.environment.image; building images from environment/Dockerfile is not "
-            "supported yet: build and push the image, then set docker_image",
+            "environment.docker_image: the task has none, nor an environment/Dockerfile to "
+            "build one from, and the Trial sets no spec.environment.image: there is no image "
+            "to run",
         )
     if env_config.os != "linux":
         raise PlanError(Reason.TASK_INVALID,

@@ -69,9 +69,17 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
             if _WINDOWS_IMAGE.search(image.split("@")[0]) and env.os != "windows":
                 found.append(Verdict(path, "FROM", f"{image} is a Windows image: this "
                                      "operator runs Linux containers only", True))
+    has_image = bool(env.docker_image or "environment/Dockerfile" in task.files)
+    compose = any(f.startswith("environment/docker-compose") or f.startswith("environment/compose")
+                  for f in task.files)
+    if not has_image and not compose and env.os != "windows" and task.tree("environment/"):
+        found.append(Verdict("environment/Dockerfile", None, "missing, and [environment]."
+                             "docker_image is not set: there is no image to run (a task written "
+                             "for a provider's own environment, e.g. a computer-use sandbox?): "
+                             "each Trial must set spec.environment.image, else it fails "
+                             "TaskInvalid", False))
     kind = _extra_type(task)
     if kind is not None and kind not in HARBOR_TYPES:
-        has_image = bool(env.docker_image or "environment/Dockerfile" in task.files)
         if has_image:
             found.append(Verdict(CONFIG_FILE, "environment.type", f"{kind!r} is not a Harbor "
                                  "environment: ignored (as Harbor does); the task runs in a "
@@ -79,8 +87,7 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
                                  "hosts, VMs) is not provided", False))
         else:
             found.append(Verdict(CONFIG_FILE, "environment.type", f"{kind!r} environments "
-                                 "(nodes, hosts, VMs) are not provided by this operator and "
-                                 "the task has no image to run instead", True))
+                                 "(nodes, hosts, VMs) are not provided by this operator", True))
     image = env.docker_image or ""
     if image and not pull_secrets and any(r.match(image) for r in _PRIVATE_REGISTRIES):
         found.append(Verdict(CONFIG_FILE, "environment.docker_image", f"{image} is on a "

@@ -37,3 +37,11 @@ def test_a_private_registry_image_needs_a_pull_secret():
     [v] = verdicts(private)
     assert not v.refused and "imagePullSecrets" in v.message
     assert verdicts(private, pull_secrets=True) == []
+
+
+def test_a_task_with_an_environment_dir_but_no_image_is_noted():
+    bare = task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', ""),
+                extra={"environment/.gitkeep": ""})
+    [v] = verdicts(bare)
+    assert not v.refused and v.file == "environment/Dockerfile"
+    assert "spec.environment.image" in v.message
