@@ -106,10 +106,11 @@ class Cluster:
     def get(self, ns: str, plural: str, name: str) -> dict[str, Any]:
         return self.api.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
 
-    def trial(self, ns: str, name: str, task: str, agent: str) -> None:
+    def trial(self, ns: str, name: str, task: str, agent: str, keep_pods: bool = False) -> None:
         self.api.create_namespaced_custom_object(GROUP, VERSION, ns, "trials", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trial", "metadata": {"name": name},
-            "spec": {"taskRef": {"name": task}, "agent": {"name": agent}}})
+            "spec": {"taskRef": {"name": task}, "agent": {"name": agent},
+                     **({"keepPods": True} if keep_pods else {})}})
 
     def logs(self, ns: str, trial: dict[str, Any]) -> str:
         cm = (trial.get("status") or {}).get("logsConfigMap")
@@ -140,7 +141,8 @@ def messages(obj: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float) -> Outcome:
+def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
+             keep_pods: bool = False) -> Outcome:
     from shipyard.kube.bundles import push_task
     from shipyard.taskformat import TaskFormatError, load_task_dir
 
@@ -159,7 +161,7 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float) 
         outcome.verdict, outcome.evidence = "shipyard", f"push failed: {e}"[:300]
         return outcome
     for agent in ("oracle", "nop"):
-        cluster.trial(ns, f"{name}-{agent}", name, agent)
+        cluster.trial(ns, f"{name}-{agent}", name, agent, keep_pods)
     deadline = time.monotonic() + timeout
     for agent in ("oracle", "nop"):
         run, trial = Run(agent), {}
@@ -263,6 +265,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per task")
     parser.add_argument("--json", type=Path, default=None, help="write the outcomes here")
     parser.add_argument("--keep", action="store_true", help="keep the namespaces")
+    parser.add_argument("--keep-pods", action="store_true", help="trials keep their pods")
     parser.add_argument("--operator-source", type=Path, default=None,
                         help="run the operator from this checkout's operator/ (e.g. an older "
                              "commit's worktree, for a before/after comparison)")
@@ -290,7 +293,7 @@ def main() -> int:
     def one(i: int) -> Outcome:
         cluster.core.create_namespace({"metadata": {"name": namespaces[i]}})
         try:
-            o = run_task(cluster, namespaces[i], dirs[i], i, args.timeout)
+            o = run_task(cluster, namespaces[i], dirs[i], i, args.timeout, args.keep_pods)
         except Exception as e:
             o = Outcome(task=resource_name(dirs[i], i), path=str(dirs[i]), verdict="shipyard",
                         evidence=f"bench: {type(e).__name__}: {e}"[:300])
