@@ -33,6 +33,7 @@ from pathlib import Path
 import clusterdns
 import mirrors
 import operator_defaults
+import kueue
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
@@ -333,6 +334,7 @@ def up() -> int:
         ensure_mirrors(layout)
         ensure_cluster_dns(layout)
         ensure_seeds(layout)
+        ensure_kueue(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
     print(f"starting the local cluster (Kubernetes {KUBERNETES_VERSION})", flush=True)
@@ -395,6 +397,8 @@ def up() -> int:
         ensure_seeds(layout)
     with t.stage("cluster DNS (CoreDNS)"):
         ensure_cluster_dns(layout)
+    with t.stage("kueue, node accelerators"):
+        ensure_kueue(layout)
     print(
         f"cluster ready in {time.monotonic() - began:.1f}s; export KUBECONFIG={layout.kubeconfig}"
     )
@@ -488,6 +492,9 @@ def _kubelet_configz(layout: Layout) -> dict:
             return json.loads(resp.read())
     except (OSError, urllib.error.URLError, ValueError):
         return {"kubeletconfig": {"clusterDNS": ["unknown"]}}  # not known: no restart
+def ensure_kueue(layout: Layout) -> None:
+    """Kueue and the node's accelerators (kueue.py), added to a running cluster as needed."""
+    kueue.ensure(layout, start, read_pids(layout), alive)
 
 
 def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:
@@ -593,6 +600,8 @@ def _rmdir(path: Path) -> None:
 
 def down_quietly(layout: Layout) -> None:
     pids = read_pids(layout)
+    if "kueue" in pids:
+        stop_pid(pids.pop("kueue"), 5)
     if "kubelet" in pids:
         stop_pid(pids.pop("kubelet"), 5)
     remove_containers(layout)

@@ -15,6 +15,7 @@ goes through `call`, so its cost is visible in one place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -38,6 +39,7 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import admission as kueue
 from shipyard.handlers import image_builds
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
@@ -57,6 +59,7 @@ from shipyard.plan.phases import (
     PhaseSpec,
     PlanError,
     TrialPlan,
+    VerifierEnvironmentScript,
     build_plan,
     check_runnable,
 )
@@ -65,6 +68,13 @@ from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.render.artifact_bundle import (
+    ARTIFACTS_LIMIT_BYTES,
+    TAR_OVERHEAD_BYTES,
+    ArtifactsRefused,
+    CleanArtifacts,
+    clean_artifacts,
+)
 from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
@@ -109,6 +119,7 @@ class TrialDriver:
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
         self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
+        self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
 
@@ -192,6 +203,10 @@ class TrialDriver:
                 # Run again after its finish failed (e.g. a pod's delete): the pods go now.
                 if not (self.body.get("spec") or {}).get("keepPods"):
                     await self.remove_pods()
+                with contextlib.suppress(PlanError):  # labelled, and Kueue is gone
+                    self.kueue = await kueue.gate_for(self)
+                if self.kueue is not None:
+                    await self.kueue.release()
                 return
             plan = await self.prepare()
             if plan is None:
@@ -222,6 +237,7 @@ class TrialDriver:
             plan = build_plan(task, spec, self.settings.task_env, self.network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
                               images, nodes)
+            self.kueue = await kueue.gate_for(self)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
@@ -280,6 +296,16 @@ class TrialDriver:
             status.started_at = iso(now())
         await self.save(status, outcome)
 
+    async def give_up(self, message: str) -> None:
+        """End the trial (its driver failed the same way again and again): Failed with the
+        reason of the phase it was in, its pods removed. Nothing pending is written (the logs
+        that could not be may be why)."""
+        if machine.is_finished(self.status) or machine.terminal_condition(self.status):
+            await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+            return
+        await self.save(*machine.given_up(self.status, message, now()))
+        await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+
     async def loop_without_plan(self) -> None:
         """A trial that failed before it had a plan only needs its finish."""
         if machine.terminal_condition(self.status) is not None:
@@ -293,6 +319,11 @@ class TrialDriver:
             if self.cancelling():
                 stopped = await self.stop_running_phase(plan)
                 await self.save(*machine.cancel(self.status, now(), plan, stopped))
+            evicted = self.kueue.evicted() if self.kueue is not None else None
+            if evicted is not None and machine.terminal_condition(self.status) is None:
+                await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
+                pods = await self.observe(force=True)
+                continue
             action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries)
             if decided is not None:
                 await self.save(decided, outcome)
@@ -303,6 +334,9 @@ class TrialDriver:
                     await self.finish(keep)
                     return
                 case machine.CreatePod(role=role, step=step):
+                    if self.kueue is not None and not await self.kueue.admit(plan):
+                        pods = await self.observe()
+                        continue  # cancelled or evicted while queued: decide again
                     await self.create_pod(plan, role, step)
                     pods = await self.observe()
                 case machine.SetNetwork(role=role, key=key, why=why):
@@ -428,6 +462,8 @@ class TrialDriver:
             return
         manifest = build_trial_pod(self.body, plan, role, step, name,
                                    probe_image_for(plan, self.settings.probe_image))
+        if self.kueue is not None:
+            manifest = self.kueue.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),
@@ -494,10 +530,19 @@ class TrialDriver:
         self.logger.info(f"pod {pod}: network policy {key} ({why})")
         return True
 
+    async def read_artifacts(self, pod: str) -> kube_runner.Reply:
+        """The tar the collect phase packed in the environment pod (bounded by the limit)."""
+        runner = self.pod_runners.get(pod)
+        current = runner is None or runner == runner_configmap_name()
+        return await self.exec_call(kube_runner.artifacts, self.namespace, pod,
+                                    ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES, ARTIFACTS_TAR,
+                                    current)
+
     async def keep_artifacts(self, pod: str) -> bool:
         """The artifacts the collect phase packed in the environment pod, kept in ConfigMaps
-        of the trial's before the pod goes; False when the exec did not run (look again)."""
-        reply = await self.exec_call(kube_runner.read_file, self.namespace, pod, ARTIFACTS_TAR)
+        of the trial's before the pod goes (cleaned when the verifier is set up, as when read
+        from the pod); False when the exec did not run (look again)."""
+        reply = await self.read_artifacts(pod)
         if reply.state == "ok":
             await self.call(kube_artifacts.save, artifacts_configmaps(self.body, reply.stdout))
         elif reply.state == "gone":
@@ -525,21 +570,39 @@ class TrialDriver:
     async def bundle(self, phase_id: str, phase: PhaseSpec) -> bytes | kube_runner.Reply:
         """The phase's bundle; a separate verifier's first phase also carries the agent
         environment's artifacts, packed by the collect phase (read now, so a restarted
-        operator simply reads them again), or kept before its pod was stopped. The failed
+        operator simply reads them again) and cleaned here (`render.artifact_bundle`: regular
+        files and folders under the declared paths only, within the size limit). The failed
         read's reply when that exec failed."""
-        if phase.name == "verifier-environment" and not self.status.pod_name:
-            kept = await self.kept_artifacts()
-            if kept is not None:
-                phase = replace(phase, payload={**phase.payload, "artifacts.tar": kept})
-        if phase.name == "verifier-environment" and self.status.pod_name:
-            reply = await self.exec_call(kube_runner.read_file, self.namespace,
-                                         self.status.pod_name, ARTIFACTS_TAR)
-            if reply.state == "ok":
-                phase = replace(phase, payload={**phase.payload, "artifacts.tar": reply.stdout})
-            elif reply.exit_code is None:  # the exec did not run: this attempt failed
-                return reply
+        script = phase.script
+        if isinstance(script, VerifierEnvironmentScript):
+            pod = self.status.pod_name
+            if pod:
+                reply = await self.read_artifacts(pod)
+                if reply.exit_code is None:
+                    return reply  # the exec did not run: this attempt failed
+                raw = reply.stdout if reply.state == "ok" else None
+                problem = reply.error if reply.state != "ok" else ""
+            else:  # stopped before the last step's verifier: what was kept from it
+                pod = "the environment pod (stopped)"
+                raw = await self.kept_artifacts()
+                problem = "" if raw is not None else "none were kept before it was stopped"
+            clean: CleanArtifacts | None = None
+            if raw is not None:
+                try:
+                    clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
+                except ArtifactsRefused as e:
+                    problem = str(e)
+            if clean is not None:
+                phase = replace(phase, payload={**phase.payload, "artifacts.tar": clean.tar})
+                if clean.skipped:
+                    shown = "; ".join(clean.skipped[:5]) + (
+                        f"; and {len(clean.skipped) - 5} more" if len(clean.skipped) > 5 else "")
+                    self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                               f"artifacts left out for the verifier: {shown}"[:1000])
             else:
-                self.logger.warning(f"no artifacts from {self.status.pod_name}: {reply.error}")
+                self.logger.warning(f"no artifacts from {pod}: {problem}")
+                self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                           f"no artifacts for the verifier: {problem}"[:1000])
         return build_phase_bundle(phase_id, phase)
 
     async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int,
@@ -558,6 +621,7 @@ class TrialDriver:
         else:
             phases = (phase_id,)
         attempt = unavailable = 0
+        runner_ran = False  # the last answer came from the runner, but was no usable one
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
                 command == "launch") else None
@@ -576,6 +640,7 @@ class TrialDriver:
                     self.unsaved_execs += 1
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
+                runner_ran = reply.exit_code is not None
             match decided:
                 case exec_policy.Answered(results=results):
                     return results
@@ -592,7 +657,8 @@ class TrialDriver:
                 continue
             attempt += 1
         pod = observe_pod(await self.call(objects.get_pod, self.namespace, pod_name))
-        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now())
+        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now(),
+                                          runner_ran)
         if failed is not None:
             await self.save(*failed)
         return None
@@ -635,7 +701,8 @@ class TrialDriver:
                 return future.result()
             pod = self.waker.pods.get(pod_name, {})
             seen = observe_pod(pod) if pod is not None else None
-            if self.cancelling() or seen is None or seen.lost or seen.deleting:
+            evicted = self.kueue is not None and self.kueue.evicted() is not None
+            if self.cancelling() or seen is None or seen.lost or seen.deleting or evicted:
                 future.add_done_callback(lambda f: f.exception())  # nobody reads it
                 return kube_runner.Reply("gone", error="the wait was dropped: the trial "
                                          "was cancelled or its pod is going")
@@ -664,6 +731,8 @@ class TrialDriver:
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
         if not keep:
             await self.remove_pods()
+        if self.kueue is not None:
+            await self.kueue.release()
 
     async def remove_pods(self) -> None:
         for name in (

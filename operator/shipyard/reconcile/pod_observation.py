@@ -51,6 +51,9 @@ class PodObservation:
     network: str | None = None  # the network policy key the pod is under (its label)
     network_settled_at: datetime | None = None
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""
+    container_exit: bool = False
+    """`lost` because a container of the pod ended by itself (neither OOM-killed, nor the pod
+    deleted, evicted or its node lost): what ran in the pod ended it (issue 22, class 7)."""
     runner: str | None = None
     """The runner ConfigMap the pod mounts (content-addressed: which runner it has; a pod made
     by an older operator keeps an older one)."""
@@ -79,6 +82,11 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         lost = f"the environment pod stopped ({why}): {detail}"
     image_pull_error = config_error = None
     image_pull_permanent = False
+    # The pod's own `reason` (Evicted, NodeLost, Shutdown...) says the cluster ended it.
+    container_exit = not meta.get("deletionTimestamp") and not status.get("reason") and any(
+        "terminated" in (cs.get("state") or {})
+        and (cs["state"]["terminated"].get("reason") or "") != "OOMKilled"
+        for cs in status.get("containerStatuses") or [])
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
         if "terminated" in state and lost is None:
@@ -116,6 +124,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         config_error=config_error,
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
+        container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
     )
