@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import clusterdns
+import kueue
 import mirrors
 import operator_defaults
-import kueue
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
