@@ -36,6 +36,7 @@ from shipyard.plan.agents import (
     agent_run,
     base_url_host,
 )
+from shipyard.plan.compose import ComposePod, compose_pod
 from shipyard.plan.network import (
     MODEL_KEY_SUFFIX,
     ModelPeer,
@@ -60,6 +61,7 @@ from shipyard.taskformat import (
     resolve_network_plan,
     step_settings,
 )
+from shipyard.taskformat.compose import ComposeEnvironment, load_compose
 
 PhaseKind = Literal[
     "environment", "healthcheck", "setup", "agent", "collect", "verifier-environment",
@@ -195,6 +197,8 @@ class PodPlan:
     accelerators: Accelerators = NO_ACCELERATORS
     agent_bundles: tuple[tuple[str, str], ...] = ()
     """(agent name, bundle image) copied into /shipyard/agents by init containers."""
+    compose: ComposePod | None = None
+    """The task's docker-compose sidecars (the environment pod only)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,9 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     except ValueError as e:
         raise PlanError(Reason.TASK_INVALID, str(e)) from e
     container_env.update({v.name: v.value for v in spec.environment.env})
+    compose = _compose(task, container_env)
+    if compose is not None and compose.main is not None:  # the task's env wins, as in Harbor
+        container_env = {**compose.main.environment, **container_env}
     environment = PodPlan(
         image=image,
         image_pull_policy=spec.environment.image_pull_policy or "IfNotPresent",
@@ -290,6 +297,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         accelerators=_accelerators(env_config, "environment"),
         agent_bundles=((installed.name, installed.bundle_image),)
         if installed is not None and installed.bundle_image else (),
+        compose=compose_pod(compose, images) if compose is not None else None,
     )
 
     phases = [environment_phase(task, workdir=env_config.workdir)]
@@ -362,6 +370,13 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
     )
+
+
+def _compose(task: LoadedTask, env: Mapping[str, str]) -> ComposeEnvironment | None:
+    try:
+        return load_compose(task, env)
+    except TaskFormatError as e:
+        raise PlanError(Reason.TASK_INVALID, str(e)) from e
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:
