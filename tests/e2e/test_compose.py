@@ -1,57 +1,130 @@
-"""docker-compose tasks end to end (issue 25): what one pod cannot honour is refused at the
-Task's Ready condition, by `shipyard task lint` and by `push`, and a trial of it fails at once
-(never run without its services)."""
+"""docker-compose tasks end to end (issue 25): the services run as the containers of one trial
+pod (no Docker daemon, no privileged pod); what one pod cannot honour is refused at the Task's
+Ready condition, by `shipyard task lint` and by `push`, and a trial of it fails at once (never
+run without its services)."""
 
 from __future__ import annotations
 
 import time
 
-from tests.e2e.conftest import condition, task_files
+import pytest
+
+from tests.e2e.conftest import ROOT, condition, task_files
 from tests.e2e.test_cli import shipyard_cli
 
-PRIVILEGED_COMPOSE = """\
-services:
-  main:
-    build: .
-  db:
-    image: localhost/shipyard/debian:bookworm
-    privileged: true
-"""
+EXAMPLE = ROOT / "examples" / "compose" / "task"
 
 
-def _compose_task(compose: str) -> dict[str, str]:
-    files = task_files("echo 1 > /logs/verifier/reward.txt\n", "true\n")
-    files["environment/Dockerfile"] = "FROM localhost/shipyard/debian:bookworm\n"
-    files["environment/docker-compose.yaml"] = compose
+def _example_files(**replace: tuple[str, str]) -> dict[str, str]:
+    """examples/compose's files, with (old, new) text replacements per file."""
+    files = {str(p.relative_to(EXAMPLE)): p.read_text() for p in EXAMPLE.rglob("*")
+             if p.is_file()}
+    for path, (old, new) in replace.items():
+        path = path.replace("__", "/")
+        assert old in files[path], (path, old)
+        files[path] = files[path].replace(old, new)
     return files
 
 
-def test_refused_compose_task_is_not_ready_and_its_trial_fails_at_once(shipyard):
-    shipyard.task("refused", _compose_task(PRIVILEGED_COMPOSE))
-    ready = condition(shipyard.wait_task("refused"), "Ready")
+def test_compose_example_sidecar_holds_what_the_agent_wrote(operator, shipyard):
+    shipyard.task("notes", _example_files())
+    shipyard.trial("notes-oracle", "notes")
+    shipyard.trial("notes-nop", "notes", {"name": "nop"})
+    oracle = shipyard.wait("notes-oracle", timeout=300)
+    nop = shipyard.wait("notes-nop", timeout=300)
+    assert oracle["status"].get("reward") == 1.0, oracle["status"]
+    assert nop["status"].get("reward") == 0.0, nop["status"]
+    logs = shipyard.core.read_namespaced_config_map(oracle["status"]["logsConfigMap"],
+                                                    shipyard.namespace)
+    assert "the notes service holds: hello from main" in logs.data["verifier.log"]
+    task = shipyard.get("tasks", "notes")
+    assert set(task["status"]["images"]) == {"environment", "service.notes"}, task["status"]
+
+
+def test_a_sidecar_that_never_becomes_healthy_fails_the_environment_naming_it(shipyard):
+    files = _example_files(**{"environment__docker-compose.yaml": (
+        "      retries: 30", "      retries: 2")})
+    files["environment/docker-compose.yaml"] = files["environment/docker-compose.yaml"].replace(
+        "'/health')", "'/nowhere')")
+    shipyard.task("unhealthy", files)
+    shipyard.trial("unhealthy-oracle", "unhealthy")
+    trial = shipyard.wait("unhealthy-oracle", timeout=300)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "EnvironmentSetupFailed", trial["status"]
+    assert "service notes never became healthy" in failed["message"], failed
+    assert "notes: listening on 8080" in failed["message"], failed  # the tail of its log
+    assert not any(p["name"] == "agent" and p.get("startedAt")
+                   for p in trial["status"].get("phases", [])), "the agent must not run"
+
+
+def test_operator_killed_while_the_sidecars_start_resumes(operator, shipyard):
+    files = _example_files(**{"environment__notes__notes.py": (
+        "time.sleep(2)", "time.sleep(12)")})
+    shipyard.task("slow-notes", files)
+    shipyard.trial("slow-notes-oracle", "slow-notes")
+
+    def pod_created(t):
+        return bool(t.get("status", {}).get("podName"))
+
+    shipyard.wait("slow-notes-oracle", timeout=240, until=pod_created)
+    operator.kill()
+    time.sleep(5)
+    operator.start()
+    status = shipyard.wait("slow-notes-oracle", timeout=240)["status"]
+    assert status.get("reward") == 1.0, status
+
+
+REFUSALS = {
+    # service body line, the field named, words of the reason
+    "privileged": ("privileged: true", "services.db.privileged", "privileged containers"),
+    "cap-add": ("cap_add: [NET_ADMIN]", "services.db.cap_add", "beyond the trial pod's policy"),
+    "pid-host": ("pid: host", "services.db.pid", "PID namespace"),
+    "devices": ("devices: ['/dev/kvm:/dev/kvm']", "services.db.devices", "host devices"),
+    "network-mode": ("network_mode: host", "services.db.network_mode",
+                     "share the trial pod's network"),
+    "ports": ("expose: ['8080']\n    ports: ['9000:8080']", "services.db.ports",
+              "port 8080 is used by services 'main' and 'db'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_refused_compose_task_is_not_ready_and_its_trial_fails_at_once(shipyard, case):
+    line, field, words = REFUSALS[case]
+    compose = ("services:\n  main:\n    image: ${PREBUILT_IMAGE_NAME}\n    expose: ['8080']\n"
+               f"  db:\n    image: localhost/shipyard/debian:bookworm\n    {line}\n")
+    if case != "ports":
+        compose = compose.replace("    expose: ['8080']\n", "", 1)
+    files = task_files("echo 1 > /logs/verifier/reward.txt\n", "true\n")
+    files["environment/docker-compose.yaml"] = compose
+    shipyard.task(case, files)
+    ready = condition(shipyard.wait_task(case), "Ready")
     assert ready["status"] == "False" and ready["reason"] == "TaskInvalid", ready
-    assert "environment/docker-compose.yaml" in ready["message"], ready
+    assert f"environment/docker-compose.yaml: {field}: " in ready["message"], ready
+    assert words in ready["message"], ready
     began = time.monotonic()
-    shipyard.trial("refused-oracle", "refused")
-    trial = shipyard.wait("refused-oracle", timeout=30)
+    shipyard.trial(f"{case}-oracle", case)
+    trial = shipyard.wait(f"{case}-oracle", timeout=30)
     assert time.monotonic() - began < 15
     failed = condition(trial, "Failed")
-    assert failed["reason"] == "TaskInvalid", failed
-    assert "environment/docker-compose.yaml" in failed["message"]
+    assert failed["reason"] == "TaskInvalid" and field in failed["message"], failed
     assert not trial["status"].get("phases"), "a refused compose task must never run"
 
 
-def test_lint_and_push_refuse_a_compose_task(cluster, shipyard, tmp_path):
+def test_reserved_service_name_is_refused_by_lint_and_push(cluster, shipyard, tmp_path):
     directory = tmp_path / "composed"
-    for path, text in _compose_task(PRIVILEGED_COMPOSE).items():
+    files = task_files("echo 1 > /logs/verifier/reward.txt\n", "true\n")
+    files["environment/docker-compose.yaml"] = (
+        "services:\n  main: {image: x}\n  secrets: {image: localhost/shipyard/debian:bookworm}\n")
+    for path, text in files.items():
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
         (directory / path).write_text(text)
     lint = shipyard_cli(cluster, "task", "lint", str(directory))
     assert lint.returncode == 1 and "Traceback" not in lint.stderr, lint
-    assert f"error: {directory}/environment/docker-compose.yaml: " in lint.stderr, lint.stderr
+    assert (f"error: {directory}/environment/docker-compose.yaml: services.secrets: the name "
+            "'secrets' is reserved") in lint.stderr, lint.stderr
     assert "ok" not in lint.stdout
     push = shipyard_cli(cluster, "task", "push", str(directory), "-n", shipyard.namespace)
     assert push.returncode != 0 and "Traceback" not in push.stderr, push
-    assert "environment/docker-compose.yaml" in push.stderr, push.stderr
+    assert "services.secrets" in push.stderr, push.stderr
     assert shipyard.api.list_namespaced_custom_object(
         "shipyard.dev", "v1alpha1", shipyard.namespace, "tasks")["items"] == []

@@ -196,6 +196,30 @@ def compose_refusals(task: LoadedTask) -> list[TaskFormatError]:
             load_compose(task)
         except TaskFormatError as e:
             errors += e.errors
+    return errors + _sidecar_evidence_refusals(task)
+
+
+def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
+    """Sidecar artifacts and collect hooks (`service` other than main) are not collected yet:
+    refused rather than run with the evidence silently missing."""
+    config = task.config
+    scopes = [("", config.artifacts, config.verifier.collect)]
+    scopes += [(f"steps[{i}].", s.artifacts, s.verifier.collect)
+               for i, s in enumerate(config.steps or [])]
+    errors = []
+    for prefix, artifacts, hooks in scopes:
+        for i, artifact in enumerate(artifacts):
+            if not isinstance(artifact, str) and artifact.effective_service != MAIN:
+                errors.append(TaskFormatError(
+                    f"artifacts collected from the sidecar {artifact.effective_service!r} are "
+                    "not supported by this operator yet: the evidence would be missing",
+                    file="task.toml", field=f"{prefix}artifacts[{i}].service"))
+        for i, hook in enumerate(hooks):
+            if hook.service != MAIN:
+                errors.append(TaskFormatError(
+                    f"collect hooks run in the sidecar {hook.service!r} are not supported by "
+                    "this operator yet", file="task.toml",
+                    field=f"{prefix}verifier.collect[{i}].service"))
     return errors
 
 

@@ -1,5 +1,5 @@
-"""examples/compose, hello-world, multi-step and separate-verifier: each task.yaml is generated from its
-task/ directory (hack/examples.py), and the Trial manifests plan as documented."""
+"""examples/compose, hello-world, multi-step and separate-verifier: each task.yaml is generated
+from its task/ directory (hack/examples.py), and the Trial manifests plan as documented."""
 
 from __future__ import annotations
 

@@ -254,3 +254,17 @@ def test_profiles_services_are_not_started_and_yaml_errors_are_located():
     assert env is not None and [s.name for s in env.services] == ["main"]
     [reason] = _reasons("services: [\n")
     assert reason.startswith("environment/docker-compose.yaml: not valid YAML")
+
+
+def test_sidecar_artifacts_and_hooks_are_refused_until_collected():
+    toml = BASE["task.toml"].replace(
+        "[environment]", 'artifacts = ["/app/out", {source = "/tmp/dump.sql", service = "db"}]\n'
+        '[[verifier.collect]]\ncommand = "pg_dump > /tmp/dump.sql"\nservice = "db"\n'
+        "[environment]")
+    reasons = [str(e) for e in compose_refusals(_task(**{"task.toml": toml}))]
+    assert reasons == [
+        "task.toml: artifacts[1].service: artifacts collected from the sidecar 'db' are not "
+        "supported by this operator yet: the evidence would be missing",
+        "task.toml: verifier.collect[0].service: collect hooks run in the sidecar 'db' are not "
+        "supported by this operator yet",
+    ]
