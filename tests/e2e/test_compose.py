@@ -26,7 +26,7 @@ def _example_files(**replace: tuple[str, str]) -> dict[str, str]:
     return files
 
 
-def test_compose_example_sidecar_holds_what_the_agent_wrote(operator, shipyard):
+def test_compose_example_sidecar_holds_what_the_agent_wrote(cluster, operator, shipyard):
     shipyard.task("notes", _example_files())
     shipyard.trial("notes-oracle", "notes")
     shipyard.trial("notes-nop", "notes", {"name": "nop"})
@@ -39,6 +39,14 @@ def test_compose_example_sidecar_holds_what_the_agent_wrote(operator, shipyard):
     assert "the notes service holds: hello from main" in logs.data["verifier.log"]
     task = shipyard.get("tasks", "notes")
     assert set(task["status"]["images"]) == {"environment", "service.notes"}, task["status"]
+    # The sidecar's log is kept with the trial's logs after its pod is gone.
+    out = shipyard_cli(cluster, "logs", "notes-oracle", "--service", "notes",
+                       "-n", shipyard.namespace)
+    assert out.returncode == 0, out
+    assert "notes: listening on 8080" in out.stdout and "stored greeting" in out.stdout
+    missing = shipyard_cli(cluster, "logs", "notes-oracle", "--service", "db",
+                           "-n", shipyard.namespace)
+    assert missing.returncode != 0 and "services with a log: notes" in missing.stderr, missing
 
 
 def test_a_sidecar_that_never_becomes_healthy_fails_the_environment_naming_it(shipyard):

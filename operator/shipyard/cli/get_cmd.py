@@ -149,9 +149,13 @@ def _step_key(step: str) -> str:
 @click.option("--phase", type=click.Choice(["agent", "verifier"]), default=None,
               help="Only this phase's log.")
 @click.option("--step", default=None, help="Only this step of a multi-step trial.")
+@click.option("--service", default=None,
+              help="Only this docker-compose service's log (a sidecar of the trial pod).")
 @NAMESPACE_OPTION
-def logs_cmd(trial: str, phase: str | None, step: str | None, namespace: str | None) -> None:
-    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap)."""
+def logs_cmd(trial: str, phase: str | None, step: str | None, service: str | None,
+             namespace: str | None) -> None:
+    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap), and its
+    docker-compose services' logs."""
     from shipyard.kube.trials import configmap_data, get
 
     ns = namespace_or_default(namespace)
@@ -163,7 +167,16 @@ def logs_cmd(trial: str, phase: str | None, step: str | None, namespace: str | N
     data = configmap_data(ns, cm) if cm else None
     if not data:
         fail(f"trial {trial} has no logs yet (phase {status.get('phase', 'Pending')})")
-    keys = log_keys(obj, data, phase, step)
+    if service is not None:
+        from shipyard.plan.compose import service_log_key
+
+        if service_log_key(service) not in data:
+            kept = sorted(k.split(".")[1] for k in data if k.startswith("service."))
+            fail(f"trial {trial} has no log of service {service!r}; services with a log: "
+                 f"{', '.join(kept) or 'none'}")
+        keys = [service_log_key(service)]
+    else:
+        keys = log_keys(obj, data, phase, step)
     if not keys:
         what = " ".join(p for p in (step and f"step {step}", phase and f"{phase} phase") if p)
         fail(f"trial {trial} has no {what or ''} log yet; it has: {', '.join(sorted(data))}")

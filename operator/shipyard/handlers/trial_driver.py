@@ -46,6 +46,7 @@ from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.plan.compose import service_log_key
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
@@ -64,6 +65,7 @@ from shipyard.render.pod import (
     pod_name_for,
     probe_image_for,
     runner_configmap_name,
+    truncate_log,
 )
 from shipyard.taskformat import LoadedTask
 
@@ -607,6 +609,7 @@ class TrialDriver:
         here fails the driver, whose next run removes them (`remove_pods`)."""
         # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
         # story in `kubectl describe`; Completed/Failed would repeat it.
+        await self.keep_service_logs()
         await self.save(machine.finished(self.status, now()))
         await self.flush()
         cond = machine.terminal_condition(self.status)
@@ -614,6 +617,22 @@ class TrialDriver:
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
         if not keep:
             await self.remove_pods()
+
+    async def keep_service_logs(self) -> None:
+        """The docker-compose sidecars' logs, kept with the trial's logs before its pod goes."""
+        plan = self.plan
+        if plan is None or plan.environment.compose is None or not self.status.pod_name:
+            return
+        limit = plan.log_limit_bytes
+        for service in plan.environment.compose.service_names:
+            text = await self.call(objects.container_log, self.namespace, self.status.pod_name,
+                                   service, limit)
+            if text:
+                self.pending_logs[service_log_key(service)] = truncate_log(
+                    text, len(text.encode()), limit)
+        if self.pending_logs:
+            self.status = self.status.model_copy(
+                update={"logs_config_map": logs_configmap_name(self.body)})
 
     async def remove_pods(self) -> None:
         for name in (

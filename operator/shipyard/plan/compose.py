@@ -94,6 +94,11 @@ class ComposePod:
         return tuple(s.name for s in self.sidecars)
 
 
+def service_log_key(name: str) -> str:
+    """A sidecar's log in the trial's logs ConfigMap (`shipyard logs TRIAL --service NAME`)."""
+    return f"service.{name}.log"
+
+
 def startup_probe(check: Healthcheck) -> StartupProbe:
     period = max(1, math.ceil(check.interval_sec))
     grace = math.ceil(check.start_period_sec / period) if check.start_period_sec else 0
