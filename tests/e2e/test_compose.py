@@ -136,3 +136,34 @@ def test_reserved_service_name_is_refused_by_lint_and_push(cluster, shipyard, tm
     assert "services.secrets" in push.stderr, push.stderr
     assert shipyard.api.list_namespaced_custom_object(
         "shipyard.dev", "v1alpha1", shipyard.namespace, "tasks")["items"] == []
+
+
+TAMPERING_AGENT = (
+    "python3 -c \"import urllib.request as u; u.urlopen(u.Request('http://notes:8080/notes/"
+    "greeting', data=b'good', method='PUT'))\"\n"
+    # Left behind: keeps overwriting the evidence from 1 s after the agent phase, forever.
+    "nohup sh -c \"sleep 1; while true; do python3 -c \\\"import urllib.request as u; "
+    "u.urlopen(u.Request('http://notes:8080/notes/greeting', data=b'tampered', "
+    "method='PUT'))\\\"; sleep 0.2; done\" >/dev/null 2>&1 &\n"
+)
+
+
+def test_sidecar_artifact_reaches_the_separate_verifier_untouched_by_the_agent(shipyard):
+    files = _example_files(**{"task.toml": (
+        '[environment]\n',
+        '[verifier.environment]\ndocker_image = "localhost/shipyard/debian:bookworm"\n\n'
+        '[environment]\n')})
+    files["task.toml"] = files["task.toml"].replace(
+        'schema_version = "1.4"\n',
+        'schema_version = "1.4"\nartifacts = [{ source = "/data", service = "notes" }]\n')
+    files["tests/test.sh"] = (
+        "#!/bin/bash\n# The sidecar's /data, copied out after main's agent phase.\n"
+        'got=$(cat /data/greeting 2>&1)\necho "the evidence: ${got}"\n'
+        'if [ "$got" = good ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
+    shipyard.task("evidence", files)
+    shipyard.trial("evidence-cmd", "evidence", {"name": "command", "command": TAMPERING_AGENT})
+    trial = shipyard.wait("evidence-cmd", timeout=300)
+    status = trial["status"]
+    assert status.get("reward") == 1.0, status
+    logs = shipyard.core.read_namespaced_config_map(status["logsConfigMap"], shipyard.namespace)
+    assert "the evidence: good" in logs.data["verifier.log"]

@@ -49,12 +49,24 @@ from shipyard.kube.errors import ApiException, error_body, is_server_error
 from shipyard.plan.compose import service_log_key
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
-from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, PlanError, TrialPlan, build_plan
+from shipyard.plan.phases import (
+    ARTIFACTS_TAR,
+    SIDECAR_ARTIFACTS,
+    PhaseSpec,
+    PlanError,
+    TrialPlan,
+    build_plan,
+)
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.render.compose import (
+    merge_sidecar_tars,
+    sidecar_artifact_argv,
+    sidecar_hook_argv,
+)
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
@@ -492,7 +504,36 @@ class TrialDriver:
                 return reply
             else:
                 self.logger.warning(f"no artifacts from {self.status.pod_name}: {reply.error}")
+            evidence = await self.sidecar_evidence(phase.step)
+            if evidence:
+                phase = replace(phase, payload={**phase.payload, SIDECAR_ARTIFACTS: evidence})
         return build_phase_bundle(phase_id, phase)
+
+    async def sidecar_evidence(self, step: str | None) -> bytes:
+        """The step's docker-compose sidecar evidence for its separate verifier: each
+        sidecar's collect hooks, then its artifacts copied out (best effort, as Harbor's
+        collection: a failure is logged, never fails the trial). After the collect phase in
+        `main`, whose leftover processes the runner ended: the agent cannot change them now."""
+        if self.plan is None or not self.status.pod_name:
+            return b""
+        pod, parts = self.status.pod_name, []
+        for evidence in self.plan.step(step).sidecar_evidence:
+            for hook in evidence.hooks:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_hook_argv(hook),
+                                             hook.timeout_sec)
+                if reply.state != "ok":
+                    self.logger.warning(f"collect hook in {evidence.service} of {pod} "
+                                        f"failed (ignored): {reply.error}")
+            for artifact in evidence.artifacts:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_artifact_argv(artifact))
+                if reply.state == "ok":
+                    parts.append((artifact, reply.stdout))
+                else:
+                    self.logger.warning(f"artifact {artifact.source} of {evidence.service} in "
+                                        f"{pod} not collected: {reply.error}")
+        return merge_sidecar_tars(parts) if parts else b""
 
     async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int,
                           wait: int = 0) -> tuple[tuple[str, PhaseStatus], ...] | None:

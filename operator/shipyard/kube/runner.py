@@ -110,3 +110,10 @@ def put_secrets(namespace: str, pod: str, phase_id: str) -> Reply:
 
 def read_file(namespace: str, pod: str, path: str) -> Reply:
     return _exec(namespace, pod, ["cat", path], what="cat")
+
+
+def exec_in(namespace: str, pod: str, container: str, argv: list[str],
+            timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
+    """Any command in a container of the pod (a docker-compose sidecar's collect hook or
+    artifact copy)."""
+    return _exec(namespace, pod, argv, what=argv[0], container=container, timeout=timeout)

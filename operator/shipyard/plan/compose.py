@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shipyard.plan.images import ROLE_SERVICE
+from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
 from shipyard.taskformat.compose import (
     ALLOWED_CAPABILITIES,
     LOG_KINDS,
@@ -180,3 +181,26 @@ def compose_pod(compose: ComposeEnvironment, images: Mapping[str, str]) -> Compo
     names = [MAIN, *(n for s in compose.services for n in (s.name, *s.aliases))]
     return ComposePod(tuple(sidecars), tuple(volumes.values()), tuple(main_mounts),
                       tuple(dict.fromkeys(names)))
+
+
+@dataclass(frozen=True)
+class SidecarEvidence:
+    """What a separate verifier gets from one sidecar: its collect hooks run in it, then its
+    artifacts copied out of it (after the collect phase in `main`, whose leftover processes the
+    runner has ended), re-materialized at their paths in the verifier pod."""
+
+    service: str
+    hooks: tuple[VerifierCollectConfig, ...]
+    artifacts: tuple[ArtifactConfig, ...]
+
+
+def sidecar_evidence(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactConfig]
+                     ) -> tuple[SidecarEvidence, ...]:
+    """By service, in the order the services first appear (hooks first, as Harbor)."""
+    services = [h.service for h in hooks if h.service != MAIN]
+    services += [a.effective_service for a in artifacts if a.effective_service != MAIN]
+    return tuple(SidecarEvidence(
+        name,
+        tuple(h for h in hooks if h.service == name),
+        tuple(a for a in artifacts if a.effective_service == name and a.source.strip("/")),
+    ) for name in dict.fromkeys(services))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from shipyard.api.conventions import Role
@@ -36,7 +36,7 @@ from shipyard.plan.agents import (
     agent_run,
     base_url_host,
 )
-from shipyard.plan.compose import ComposePod, compose_pod
+from shipyard.plan.compose import ComposePod, SidecarEvidence, compose_pod, sidecar_evidence
 from shipyard.plan.network import (
     MODEL_KEY_SUFFIX,
     ModelPeer,
@@ -72,6 +72,8 @@ PodRole = Role  # the pod a phase runs in
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
 INSTRUCTION_PATH = "/shipyard/instruction.md"
 ARTIFACTS_TAR = "/shipyard/artifacts.tar"
+SIDECAR_ARTIFACTS = "sidecar-artifacts.tar"
+"""The verifier-environment payload of the docker-compose sidecars' artifacts."""
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TEST_STDOUT = "/logs/verifier/test-stdout.txt"
@@ -208,6 +210,8 @@ class StepPlan:
     min_reward: float | dict[str, float] | None
     verifier_pod: PodPlan | None  # separate verifiers only
     bundled_tests: bool = False
+    sidecar_evidence: tuple[SidecarEvidence, ...] = ()
+    """Separate verifiers only: what is collected from docker-compose sidecars."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +339,9 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             multiplier=spec.verifier_timeout_multiplier or spec.timeout_multiplier,
         )
         step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
+        if step_plan.verifier_mode == "separate" and compose is not None:
+            step_plan = replace(step_plan, sidecar_evidence=sidecar_evidence(
+                settings.collect, settings.artifacts))
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
             phases.append(collect_phase(settings.collect, settings.artifacts, step, i))
@@ -610,8 +617,9 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
     """Before a separate verifier: collect hooks, then the artifacts packed for the verifier
     pod (best effort, as Harbor's collection never fails a trial)."""
     main = tuple(a for a in artifacts if a.effective_service == "main" and a.source.strip("/"))
+    main_hooks = tuple(h for h in hooks if h.service == "main")  # sidecars': SidecarEvidence
     return PhaseSpec(name="collect", id=phase_id("collect", index), step=step,
-                     script=CollectScript(tuple(hooks), main))
+                     script=CollectScript(main_hooks, main))
 
 
 def verifier_environment_phase(step: str | None, index: int | None) -> PhaseSpec:

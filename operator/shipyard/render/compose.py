@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import shlex
+import tarfile
 from typing import Any
 
 from shipyard.plan.compose import ComposePod, Mount, SidecarPlan
+from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
 
 LOCALHOST = "127.0.0.1"
 
@@ -90,3 +94,59 @@ def apply_compose(spec: dict[str, Any], main: dict[str, Any], compose: ComposePo
                          for v in compose.volumes)]
     main["volumeMounts"] = [*main.get("volumeMounts", []), *_mounts(compose.main_mounts)]
     spec["hostAliases"] = [{"ip": LOCALHOST, "hostnames": list(compose.host_names)}]
+
+
+def sidecar_hook_argv(hook: VerifierCollectConfig) -> list[str]:
+    """A collect hook in a sidecar: POSIX `sh -c`, as Harbor (minimal images lack bash)."""
+    return ["sh", "-c", hook.command]
+
+
+def sidecar_artifact_argv(artifact: ArtifactConfig) -> list[str]:
+    """Prints a tar of one artifact of a sidecar: a directory from inside (`./...`, with its
+    `exclude` patterns, as Harbor's `tar --exclude`), a file by its name; nothing when absent.
+    Needs `sh` and `tar` in the sidecar's image (as Harbor does)."""
+    rel = artifact.source.strip("/")
+    parent, _, name = rel.rpartition("/")
+    excludes = "".join(f" --exclude={shlex.quote(x)}" for x in artifact.exclude)
+    src = shlex.quote("/" + rel)
+    return ["sh", "-c",
+            f"if [ -d {src} ]; then cd {src} && exec tar -c -f -{excludes} .; "
+            f"elif [ -e {src} ]; then cd {shlex.quote('/' + parent)} && exec tar -c -f - "
+            f"{shlex.quote(name)}; fi"]
+
+
+def merge_sidecar_tars(parts: list[tuple[ArtifactConfig, bytes]]) -> bytes:
+    """One tar of the sidecars' artifacts at their original paths (relative to /), from each
+    artifact's tar (`sidecar_artifact_argv`); the first claim of a path wins, as in Harbor.
+    Links and device files are left out (a sidecar's evidence is data)."""
+    out = io.BytesIO()
+    seen: set[str] = set()
+    with tarfile.open(fileobj=out, mode="w") as merged:
+        for artifact, data in parts:
+            if not data:
+                continue
+            rel = artifact.source.strip("/")
+            try:
+                _copy_members(merged, data, rel, seen)
+            except tarfile.TarError:
+                continue  # a broken tar from a sidecar: that artifact is left out
+    return out.getvalue()
+
+
+def _copy_members(merged: tarfile.TarFile, data: bytes, rel: str, seen: set[str]) -> None:
+    parent = rel.rpartition("/")[0]
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as source:
+        members = source.getmembers()
+        directory = any(m.name == "." or m.name.startswith("./") for m in members)
+        for member in members:
+            inner = member.name.removeprefix("./").strip("/")
+            if directory:  # the directory's content, from inside it
+                name = f"{rel}/{inner}" if inner else rel
+            else:
+                name = f"{parent}/{inner}" if parent else inner
+            if ".." in name.split("/") or name in seen or not (member.isfile()
+                                                               or member.isdir()):
+                continue
+            seen.add(name)
+            member.name = name
+            merged.addfile(member, source.extractfile(member) if member.isfile() else None)

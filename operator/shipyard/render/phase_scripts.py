@@ -14,6 +14,7 @@ from shipyard.plan.phases import (
     LOG_DIRS,
     REWARD_JSON,
     REWARD_TXT,
+    SIDECAR_ARTIFACTS,
     TEST_STDOUT,
     CollectScript,
     CommandAgentScript,
@@ -63,6 +64,8 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
             return PhaseScripts("true", _dirs_prepare() + (
                 f"if [ -s {PAYLOAD}/artifacts.tar ]; then tar -x -f {PAYLOAD}/artifacts.tar -C / "
                 "--no-same-owner; fi\n"
+                f"if [ -s {PAYLOAD}/{SIDECAR_ARTIFACTS} ]; then tar -x -f "
+                f"{PAYLOAD}/{SIDECAR_ARTIFACTS} -C / --no-same-owner; fi\n"
             ))
         case VerifyScript():
             return _verify(phase.script)

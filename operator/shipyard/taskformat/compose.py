@@ -21,6 +21,7 @@ import yaml
 
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.loader import LoadedTask
+from shipyard.taskformat.resolve import step_settings
 
 COMPOSE_FILE = "docker-compose.yaml"
 ENVIRONMENT_COMPOSE = f"environment/{COMPOSE_FILE}"
@@ -200,27 +201,44 @@ def compose_refusals(task: LoadedTask) -> list[TaskFormatError]:
 
 
 def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
-    """Sidecar artifacts and collect hooks (`service` other than main) are not collected yet:
-    refused rather than run with the evidence silently missing."""
+    """Sidecar artifacts and collect hooks (`service` other than main) are collected from
+    their service before a separate verifier; what cannot be is refused rather than graded
+    without its evidence: a service the compose file lacks, a hook with a `user` (an exec
+    into a container cannot switch users), a hook before a shared verifier."""
     config = task.config
-    scopes = [("", config.artifacts, config.verifier.collect)]
-    scopes += [(f"steps[{i}].", s.artifacts, s.verifier.collect)
-               for i, s in enumerate(config.steps or [])]
+    try:
+        compose = load_compose(task)
+    except TaskFormatError:
+        compose = None  # refused on its own
+    services = {s.name for s in compose.services} if compose is not None else set()
     errors = []
-    for prefix, artifacts, hooks in scopes:
-        for i, artifact in enumerate(artifacts):
-            if not isinstance(artifact, str) and artifact.effective_service != MAIN:
+    steps: list[str | None] = [s.name for s in config.steps or []] or [None]
+    for step in steps:
+        settings = step_settings(config, step)
+        where = "" if step is None else f"steps.{step}: "
+        for artifact in settings.artifacts:
+            service = artifact.effective_service
+            if service != MAIN and service not in services:
                 errors.append(TaskFormatError(
-                    f"artifacts collected from the sidecar {artifact.effective_service!r} are "
-                    "not supported by this operator yet: the evidence would be missing",
-                    file="task.toml", field=f"{prefix}artifacts[{i}].service"))
-        for i, hook in enumerate(hooks):
-            if hook.service != MAIN:
-                errors.append(TaskFormatError(
-                    f"collect hooks run in the sidecar {hook.service!r} are not supported by "
-                    "this operator yet", file="task.toml",
-                    field=f"{prefix}verifier.collect[{i}].service"))
-    return errors
+                    f"{where}the artifact {artifact.source!r} is collected from service "
+                    f"{service!r}, which {ENVIRONMENT_COMPOSE} does not define",
+                    file="task.toml", field="artifacts"))
+        for hook in settings.collect:
+            if hook.service == MAIN:
+                continue
+            if hook.service not in services:
+                reason = f"service {hook.service!r} is not defined in {ENVIRONMENT_COMPOSE}"
+            elif settings.verifier_mode != "separate":
+                reason = (f"a collect hook in the sidecar {hook.service!r} runs only before a "
+                          "separate verifier here (environment_mode = \"separate\")")
+            elif hook.user is not None:
+                reason = (f"a collect hook in the sidecar {hook.service!r} runs as that "
+                          "container's user: drop 'user'")
+            else:
+                continue
+            errors.append(TaskFormatError(f"{where}{reason}", file="task.toml",
+                                          field="verifier.collect"))
+    return list({str(e): e for e in errors}.values())
 
 
 def load_compose(task: LoadedTask, variables: Mapping[str, str] | None = None

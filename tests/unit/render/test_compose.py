@@ -161,3 +161,58 @@ def test_a_sidecar_that_never_becomes_healthy_is_named_with_its_log():
     assert crashed.service_failure == ("service db exited with code 2 (Error); the end of its "
                                        "log:\n(no output)")
     assert observe_pod(_status(restartCount=0, state={"running": {}})).service_failure is None
+
+
+def _tar(entries: dict[str, bytes | None]) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_sidecar_artifacts_are_merged_at_their_original_paths():
+    import io
+    import tarfile
+
+    from shipyard.render.compose import merge_sidecar_tars, sidecar_artifact_argv
+    from shipyard.taskformat import ArtifactConfig
+
+    data = ArtifactConfig(source="/data", service="db", exclude=["*.tmp"])
+    dump = ArtifactConfig(source="/tmp/.dump.sql", service="db")
+    argv = sidecar_artifact_argv(data)
+    assert argv[:2] == ["sh", "-c"] and "--exclude='*.tmp'" in argv[2]
+    merged = merge_sidecar_tars([
+        (data, _tar({".": None, "./greeting": b"good", "./sub": None, "./sub/x": b"x",
+                     "./../escape": b"no"})),
+        (dump, _tar({".dump.sql": b"rows"})),
+        (ArtifactConfig(source="/data/greeting", service="db"), _tar({"greeting": b"late"})),
+        (ArtifactConfig(source="/missing", service="db"), b""),
+    ])
+    with tarfile.open(fileobj=io.BytesIO(merged)) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert files == {"data/greeting": b"good", "data/sub/x": b"x", "tmp/.dump.sql": b"rows"}
+
+
+def test_sidecar_evidence_is_planned_for_a_separate_verifier_only():
+    from shipyard.plan.compose import sidecar_evidence
+    from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
+
+    hooks = [VerifierCollectConfig(command="dump", service="db"),
+             VerifierCollectConfig(command="main-only")]
+    artifacts = [ArtifactConfig(source="/logs/artifacts"), ArtifactConfig(source="/x",
+                                                                          service="api"),
+                 ArtifactConfig(source="/d", service="db")]
+    [db, api] = sidecar_evidence(hooks, artifacts)
+    assert (db.service, [h.command for h in db.hooks], [a.source for a in db.artifacts]) == (
+        "db", ["dump"], ["/d"])
+    assert (api.service, api.hooks, [a.source for a in api.artifacts]) == ("api", (), ["/x"])

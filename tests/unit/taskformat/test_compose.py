@@ -256,15 +256,24 @@ def test_profiles_services_are_not_started_and_yaml_errors_are_located():
     assert reason.startswith("environment/docker-compose.yaml: not valid YAML")
 
 
-def test_sidecar_artifacts_and_hooks_are_refused_until_collected():
+def test_sidecar_evidence_needs_its_service_and_a_separate_verifier():
     toml = BASE["task.toml"].replace(
         "[environment]", 'artifacts = ["/app/out", {source = "/tmp/dump.sql", service = "db"}]\n'
-        '[[verifier.collect]]\ncommand = "pg_dump > /tmp/dump.sql"\nservice = "db"\n'
+        '[[verifier.collect]]\ncommand = "dump > /tmp/dump.sql"\nservice = "db"\n'
         "[environment]")
-    reasons = [str(e) for e in compose_refusals(_task(**{"task.toml": toml}))]
+    compose = "services:\n  main: {image: x}\n  db: {image: d}\n"
+    reasons = [str(e) for e in compose_refusals(_task(None, **{"task.toml": toml}))]
     assert reasons == [
-        "task.toml: artifacts[1].service: artifacts collected from the sidecar 'db' are not "
-        "supported by this operator yet: the evidence would be missing",
-        "task.toml: verifier.collect[0].service: collect hooks run in the sidecar 'db' are not "
-        "supported by this operator yet",
+        "task.toml: artifacts: the artifact '/tmp/dump.sql' is collected from service 'db', "
+        "which environment/docker-compose.yaml does not define",
+        "task.toml: verifier.collect: service 'db' is not defined in "
+        "environment/docker-compose.yaml",
     ]
+    [shared] = [str(e) for e in compose_refusals(_task(compose, **{"task.toml": toml}))]
+    assert "runs only before a separate verifier" in shared
+    separate = toml.replace("[environment]", '[verifier]\nenvironment_mode = "separate"\n'
+                            "[environment]", 1)
+    assert compose_refusals(_task(compose, **{"task.toml": separate})) == []
+    as_user = separate.replace('service = "db"\n', 'service = "db"\nuser = "postgres"\n')
+    [user] = [str(e) for e in compose_refusals(_task(compose, **{"task.toml": as_user}))]
+    assert "runs as that container's user: drop 'user'" in user
