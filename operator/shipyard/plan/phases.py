@@ -35,6 +35,7 @@ from shipyard.plan.agents import (
     AgentRun,
     agent_run,
     base_url_host,
+    with_mcp_servers,
 )
 from shipyard.plan.compose import ComposePod, SidecarEvidence, compose_pod, sidecar_evidence
 from shipyard.plan.network import (
@@ -281,6 +282,11 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             trial_net.policies[s.agent.removesuffix(MODEL_KEY_SUFFIX)].mode != "public"
             for s in trial_net.steps.values()):
         installed = _installed_agent(spec, bundle_repository, web_tools=False)
+    if installed is not None:
+        try:
+            installed = with_mcp_servers(installed, env_config.mcp_servers)
+        except AgentConfigError as e:
+            raise PlanError(Reason.TRIAL_INVALID, str(e)) from e
     try:
         container_env = resolve_env_templates(env_config.env, environ)
         solution_env = resolve_env_templates(config.solution.env, environ)

@@ -6,6 +6,7 @@ the usage line and the native session the operator reads (`shipyard.reconcile.ag
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Mapping
 
@@ -28,11 +29,54 @@ def flags(options: Mapping[str, Option], kwargs: dict[str, str]) -> str:
     return "".join(p + " " for p in parts)
 
 
+def claude_mcp_json(run: AgentRun) -> str:
+    """Harbor's user-scoped ~/.claude.json MCP servers (no trust dialog, unlike .mcp.json);
+    claude calls streamable HTTP "http"."""
+    servers: dict[str, dict[str, object]] = {}
+    for server in run.mcp_servers:
+        if server.transport == "stdio":
+            servers[server.name] = {"type": "stdio", "command": server.command,
+                                    "args": list(server.args)}
+        else:
+            kind = "http" if server.transport == "streamable-http" else server.transport
+            servers[server.name] = {"type": kind, "url": server.url}
+    return json.dumps({"mcpServers": servers}, indent=2)
+
+
+def codex_mcp_toml(run: AgentRun) -> str:
+    """Harbor's `[mcp_servers.<name>]` tables of codex's config.toml."""
+    lines = []
+    for server in run.mcp_servers:
+        lines.append(f"[mcp_servers.{json.dumps(server.name)}]")
+        if server.transport == "stdio":
+            lines += [f"command = {json.dumps(server.command)}",
+                      f"args = {json.dumps(list(server.args))}"]
+        else:
+            lines.append(f"url = {json.dumps(server.url)}")
+    return "\n".join(lines) + "\n"
+
+
+def gemini_mcp_servers(run: AgentRun) -> dict[str, dict[str, object]]:
+    """Harbor's `mcpServers` of gemini's settings.json (streamable HTTP is `httpUrl`)."""
+    servers: dict[str, dict[str, object]] = {}
+    for server in run.mcp_servers:
+        if server.transport == "stdio":
+            servers[server.name] = {"command": server.command, "args": list(server.args)}
+        elif server.transport == "streamable-http":
+            servers[server.name] = {"httpUrl": server.url}
+        else:
+            servers[server.name] = {"url": server.url}
+    return servers
+
+
 def _claude(run: AgentRun, instruction: str) -> str:
+    mcp = (f'printf \'%s\\n\' {shlex.quote(claude_mcp_json(run))} > '
+           '"$CLAUDE_CONFIG_DIR/.claude.json"\n' if run.mcp_servers else "")
     return (
         'mkdir -p "$CLAUDE_CONFIG_DIR/debug" "$CLAUDE_CONFIG_DIR/projects" '
         '"$CLAUDE_CONFIG_DIR/shell-snapshots" "$CLAUDE_CONFIG_DIR/statsig" '
         '"$CLAUDE_CONFIG_DIR/todos" "$CLAUDE_CONFIG_DIR/skills"\n'
+        + mcp +
         "claude --verbose --output-format=stream-json --permission-mode=bypassPermissions "
         f"{flags(run.options, run.kwargs)}--print < {instruction}"
     )
@@ -60,6 +104,9 @@ def _codex(run: AgentRun, instruction: str) -> str:
     )
     if run.base_url:  # codex honours openai_base_url only from config.toml
         setup += ('printf \'openai_base_url = "%s"\\n\' "$OPENAI_BASE_URL" '
+                  '>> "$CODEX_HOME/config.toml"\n')
+    if run.mcp_servers:
+        setup += (f"printf '%s' {shlex.quote(codex_mcp_toml(run))} "
                   '>> "$CODEX_HOME/config.toml"\n')
     return setup + (
         "codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check "
@@ -90,6 +137,14 @@ def _gemini(run: AgentRun, instruction: str) -> str:
         '\'{"security": {"auth": {"selectedType": "%s"}}}\' "$auth" '
         '> "$HOME/.gemini/settings.json"; fi\n'
     )
+    if run.mcp_servers:  # the same file, with the servers (and the auth when there is one)
+        servers = json.dumps(gemini_mcp_servers(run)).replace("%", "%%")
+        setup += (
+            'mkdir -p "$HOME/.gemini"\n'
+            'if [ -n "$auth" ]; then security="\\"security\\": {\\"auth\\": '
+            '{\\"selectedType\\": \\"$auth\\"}}, "; else security=""; fi\n'
+            f"printf '{{%s\"mcpServers\": %s}}' \"$security\" "
+            f"{shlex.quote(servers)} > \"$HOME/.gemini/settings.json\"\n")
     # gemini appends --prompt to what it reads on stdin.
     return setup + (f"gemini --yolo {flags(run.options, run.kwargs)}"
                     f"--model={shlex.quote(bare_model(run.model))} --prompt='' < {instruction}")
