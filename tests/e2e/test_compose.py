@@ -167,3 +167,24 @@ def test_sidecar_artifact_reaches_the_separate_verifier_untouched_by_the_agent(s
     assert status.get("reward") == 1.0, status
     logs = shipyard.core.read_namespaced_config_map(status["logsConfigMap"], shipyard.namespace)
     assert "the evidence: good" in logs.data["verifier.log"]
+
+
+def test_a_sidecar_that_crashes_mid_trial_is_restarted_with_its_volume(shipyard):
+    """The agent stores its note, then kills the notes server: the kubelet restarts the native
+    sidecar (its named volume, an emptyDir, keeps the data), the verifier reads the note."""
+    files = _example_files()
+    files["tests/test.sh"] = (
+        "#!/bin/bash\nfor i in $(seq 60); do\n"
+        "  got=$(python3 -c \"import urllib.request as u; print(u.urlopen("
+        "'http://notes:8080/notes/greeting', timeout=2).read().decode())\" 2>/dev/null) "
+        "&& break\n  sleep 0.5\ndone\n"
+        'echo "the notes service holds: ${got}"\n'
+        'if [ "$got" = "hello from main" ]; then echo 1; else echo 0; fi '
+        "> /logs/verifier/reward.txt\n")
+    shipyard.task("crash", files)
+    agent = ("bash /solution/solve.sh 2>/dev/null || python3 -c \"import urllib.request as u; "
+             "u.urlopen(u.Request('http://notes:8080/notes/greeting', data=b'hello from main',"
+             " method='PUT'))\"\npkill -f notes.py; sleep 1; pgrep -f notes.py || true\n")
+    shipyard.trial("crash-cmd", "crash", {"name": "command", "command": agent})
+    status = shipyard.wait("crash-cmd", timeout=300)["status"]
+    assert status.get("reward") == 1.0, status
