@@ -182,7 +182,7 @@ def test_a_sidecar_that_crashes_mid_trial_is_restarted_with_its_volume(shipyard)
         'if [ "$got" = "hello from main" ]; then echo 1; else echo 0; fi '
         "> /logs/verifier/reward.txt\n")
     shipyard.task("crash", files)
-    agent = ("bash /solution/solve.sh 2>/dev/null || python3 -c \"import urllib.request as u; "
+    agent = ("python3 -c \"import urllib.request as u; "
              "u.urlopen(u.Request('http://notes:8080/notes/greeting', data=b'hello from main',"
              " method='PUT'))\"\npkill -f notes.py; sleep 1; pgrep -f notes.py || true\n")
     shipyard.trial("crash-cmd", "crash", {"name": "command", "command": agent})
