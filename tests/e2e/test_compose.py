@@ -184,7 +184,7 @@ def test_a_sidecar_that_crashes_mid_trial_is_restarted_with_its_volume(shipyard)
     shipyard.task("crash", files)
     agent = ("python3 -c \"import urllib.request as u; "
              "u.urlopen(u.Request('http://notes:8080/notes/greeting', data=b'hello from main',"
-             " method='PUT'))\"\npkill -f notes.py; sleep 1; pgrep -f notes.py || true\n")
+             " method='PUT'))\"\npkill -f '/srv/notes[.]py'; sleep 1\n\n")
     shipyard.trial("crash-cmd", "crash", {"name": "command", "command": agent})
     status = shipyard.wait("crash-cmd", timeout=300)["status"]
     assert status.get("reward") == 1.0, status
