@@ -314,6 +314,8 @@ class TrialDriver:
                 case machine.StopPod(role=role):
                     name = machine.pod_name(self.status, role)
                     if name and not keep:
+                        if role == Role.ENV:
+                            await self.keep_service_logs()
                         await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
                     await self.save(machine.on_pod_stopped(self.status, role))

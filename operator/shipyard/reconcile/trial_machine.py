@@ -813,6 +813,8 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
     what = Role(role).noun
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
+    if pod.service_failure:  # a one-shot service's failure also ends the pod (Failed)
+        return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
         return reason, pod.lost.replace("environment pod", f"{what} pod")
@@ -825,8 +827,6 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
                     f"{pod.image_pull_error} (still failing after {grace:g} s)")
     if pod.config_error:
         return Reason.POD_LOST, pod.config_error
-    if pod.service_failure:
-        return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if first and not rec.launched and not (pod.ready or pod.running):
         # A running pod is launched into at once (`next_action`): Ready is not waited for (a
         # pod with a probe container is Ready only once a phase has ended).
