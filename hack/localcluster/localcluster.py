@@ -10,7 +10,7 @@
     localcluster.py env      `export KUBECONFIG=...` for a shell
 
 Components are built from the Go module proxy (hack/localcluster/k8s) and Debian packages;
-images are built from root filesystems and imported into containerd. See the root README.md.
+images are built from root filesystems and imported into containerd. See docs/development.md.
 """
 
 from __future__ import annotations

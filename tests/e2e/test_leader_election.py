@@ -1,5 +1,6 @@
 """Two operators on the same namespace: the Lease holder drives, the standby waits; SIGKILL the
-holder and the standby takes over within about the lease duration; every phase ran once."""
+holder and the standby takes over within about the lease duration; every phase ran once. Two
+operators on two different namespaces, with the default Lease name: both lead and both drive."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ TEST_SH = (
 @pytest.fixture
 def lone_namespace(core_v1) -> Iterator[str]:
     """A namespace no `<prefix>-*` operator serves (this test's two operators only)."""
+    with new_lone_namespace(core_v1) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def new_lone_namespace(core_v1) -> Iterator[str]:
     from kubernetes import client
 
     name = f"lease-{TEST_NAMESPACE_PREFIX}-{uuid.uuid4().hex[:6]}"
@@ -146,3 +153,49 @@ def test_the_standby_takes_over_a_killed_leader_and_every_phase_runs_once(
             op.kill()
         with contextlib.suppress(client.ApiException):
             coordination.delete_namespaced_lease(lease, LEASE_NAMESPACE)
+
+
+def test_operators_serving_different_namespaces_both_lead_with_the_default_lease_names(
+        cluster, crds, api_client, core_v1, custom_objects, tmp_path) -> None:
+    """`shipyard operator -n NS` with no SHIPYARD_LEADER_LEASE_NAME takes a Lease named from
+    NS: two operators on two namespaces do not wait for each other, and both drive their
+    trials to a reward."""
+    from kubernetes import client
+
+    from shipyard.api.conventions import operator_lease_name
+
+    coordination = client.CoordinationV1Api(api_client)
+    with contextlib.ExitStack() as stack:
+        spaces = {n: stack.enter_context(new_lone_namespace(core_v1)) for n in ("a", "b")}
+        leases = {n: operator_lease_name([ns]) for n, ns in spaces.items()}
+        assert leases["a"] != leases["b"]
+        ops = {}
+        for n, ns in spaces.items():
+            op = OperatorProcess(cluster.kubeconfig, tmp_path / f"operator-{n}.log",
+                                 {**lease_env(identity=f"{ns}-op"), **TIMINGS}, namespaces=(ns,))
+            # The default name: the Lease is named by the operator from what it serves.
+            del op.extra_env["SHIPYARD_LEADER_LEASE_NAME"]
+            ops[n] = op
+        try:
+            for op in ops.values():
+                op.start()
+            for n, ns in spaces.items():
+                wait_for(f"{n} leads", lambda n=n, ns=ns: holder(coordination, leases[n])
+                         == f"{ns}-op", 30)
+            assert "standby:" not in ops["a"].log() + ops["b"].log()
+            shipyards = {n: Shipyard(custom_objects, core_v1, ns) for n, ns in spaces.items()}
+            for sy in shipyards.values():
+                sy.task("served", task_files(
+                    '[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt'
+                    ' || echo 0 > /logs/verifier/reward.txt\n'))
+                sy.trial("served-1", "served", {"name": "command", "command": "touch /app/done"})
+            for n, sy in shipyards.items():
+                status = sy.wait("served-1", timeout=180)["status"]
+                assert status["phase"] == "Completed" and status["rewards"] == {"reward": 1}, \
+                    (n, status)
+        finally:
+            for op in ops.values():
+                op.kill()
+            for name in leases.values():
+                with contextlib.suppress(client.ApiException):
+                    coordination.delete_namespaced_lease(name, LEASE_NAMESPACE)

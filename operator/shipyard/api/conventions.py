@@ -48,9 +48,30 @@ CANCEL_ANNOTATION = f"{DOMAIN}/cancel"
 record and logs (deleting the Trial would lose them)."""
 FINALIZER = f"{DOMAIN}/operator"
 OPERATOR_LEASE = "shipyard-operator"
-"""The coordination.k8s.io Lease whose holder alone drives trials (`reconcile.leader`)."""
+"""The coordination.k8s.io Lease whose holder alone drives trials (`reconcile.leader`): of an
+operator serving every namespace (and of the chart's pods, in their release namespace)."""
 KOPF_ANNOTATION_PREFIX = DOMAIN
 """kopf keeps its progress and last-handled configuration under this prefix."""
+LABEL_IMAGE_BUILD = f"{DOMAIN}/image-build"
+"""The ImageBuild a build Job, its pods and its context ConfigMaps belong to."""
+WATCH_ANNOTATION = f"{DOMAIN}/watch"
+"""On the chart's operator pod template: the namespaces it serves (or `cluster-wide`)."""
+
+MAX_LEASE_NAME = 253  # a DNS subdomain
+
+
+def operator_lease_name(namespaces: Iterable[str]) -> str:
+    """The Lease of an operator serving `namespaces` (none: every namespace), so that operators
+    serving different namespaces never wait for each other's Lease, and operators serving the
+    same ones elect one leader: `shipyard-operator.<ns>.<ns>...` (sorted; a namespace holds no
+    dot, so no two sets share a name), or `shipyard-operator-<hash>` when that is too long."""
+    served = sorted(set(namespaces))
+    if not served:
+        return OPERATOR_LEASE
+    name = ".".join([OPERATOR_LEASE, *served])
+    if len(name) <= MAX_LEASE_NAME:
+        return name
+    return f"{OPERATOR_LEASE}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 class Role(StrEnum):
@@ -93,6 +114,7 @@ def cancel_requested(annotations: Mapping[str, str] | None) -> bool:
 # ---------------------------------------------------------------- names and label values
 
 MAX_NAME = 63  # a pod name, a label value
+MAX_LABEL_VALUE = MAX_NAME
 
 RUNNER_MOUNT = "/shipyard/bin"
 RUNNER_PATH = f"{RUNNER_MOUNT}/runner"
@@ -259,6 +281,17 @@ def condition(conditions: Iterable[Any] | None, *types: str, status: str | None 
             continue
         return c
     return None
+
+
+def owner_references(obj: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    """The ownerReferences of an object (as the API returns it) to objects of `kind`."""
+    return [o for o in (obj.get("metadata") or {}).get("ownerReferences") or []
+            if o.get("kind") == kind]
+
+
+def owner_name(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The name of the object's (first) owner of `kind`: its Trial, its Sweep."""
+    return next((o.get("name") for o in owner_references(obj, kind)), None)
 
 
 def object_conditions(obj: Mapping[str, Any]) -> list[Any]:

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from shipyard.agents import BUILT_IN_AGENTS, INSTALLED_AGENTS
+
 GROUP = "shipyard.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -135,11 +137,8 @@ class ImageBuildStatus(Model):
 
 # ---------------------------------------------------------------- Trial
 
-AgentName = Literal[
-    "oracle", "nop", "command",
-    # Harbor's installed agents (shipyard.plan.agents builds their command lines).
-    "claude-code", "codex", "gemini-cli", "aider", "mini-swe-agent", "openhands",
-]
+AgentName = Literal[(*BUILT_IN_AGENTS, *INSTALLED_AGENTS)]  # type: ignore[valid-type]
+"""oracle, nop, command, then Harbor's installed agents, one module each in `shipyard.agents`."""
 
 
 class EnvVar(Model):

@@ -52,6 +52,7 @@ class Reason(StrEnum):
     VALID = "Valid"
     BUNDLE_NOT_FOUND = "BundleNotFound"
     # ---- an ImageBuild's phase reasons (and a Task's ImagesReady condition)
+    PENDING = "Pending"  # an ImageBuild not yet probed
     BUILDING = "Building"
     BUILD_FAILED = "BuildFailed"
     BUILD_TIMEOUT = "BuildTimeout"

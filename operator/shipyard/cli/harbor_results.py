@@ -1,5 +1,6 @@
-"""Trials in the shape of Harbor's results (spec §b.7 TrialResult, §e.3 JobResult/JobStats,
-§e.4 metrics), so that tooling written for Harbor's `result.json` files can read them.
+"""Trials in the shape of Harbor's results (docs/harbor.md §b.7 TrialResult, §e.3
+JobResult/JobStats, §e.4 metrics), so that tooling written for Harbor's `result.json` files can
+read them.
 
 Pure: Trial (and Task) dicts as the API returns them in, plain JSON-able dicts out. What
 Shipyard does not know is null (token counts, costs, tracebacks, model info), never made up.
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase
+from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase, iso
 from shipyard.api.reasons import HarborError
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
@@ -186,7 +187,8 @@ def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
     }
 
 
-# ---------------------------------------------------------------- job level (§e.3, §e.4)
+# ---------------------------------------------------------------- job level (docs/harbor.md §e.3,
+# §e.4)
 
 
 def eval_key(result: Mapping[str, Any]) -> str:
@@ -263,7 +265,7 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
         "id": job_id or str(uuid.uuid5(uuid.NAMESPACE_URL, ",".join(
             sorted(r["id"] for r in results)))),
         "started_at": min(started) if started else None,
-        "updated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "updated_at": iso(now),
         "finished_at": max(finished) if all_done else None,
         "n_total_trials": len(results),
         "stats": job_stats(results, list(trials)),

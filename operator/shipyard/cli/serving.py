@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shipyard.api.conventions import condition, object_conditions
+from shipyard.api.conventions import WATCH_ANNOTATION, condition, object_conditions
 
 # How long a Task may stay unvalidated, or a new Trial without status, before the CLI says that
 # no operator serves the namespace (`--operator-grace`, SHIPYARD_OPERATOR_GRACE).
@@ -25,7 +25,6 @@ DEFAULT_OPERATOR_GRACE = 12.0
 DEFAULT_WATCH_TIMEOUT = 3600.0
 # The Deployment label the chart sets, and the pod-template annotation naming what it serves.
 OPERATOR_SELECTOR = "app.kubernetes.io/part-of=shipyard,app.kubernetes.io/component=operator"
-WATCH_ANNOTATION = "shipyard.dev/watch"
 
 TaskState = Literal["ready", "invalid", "unvalidated"]
 

@@ -292,7 +292,7 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     """A sweep's results: Harbor's JobResult (stats, metrics, pass@k per eval key) over the
     current Trial of each plan slot; with -o, DIR/result.json and DIR/<trial>/result.json,
     rewards and logs, as Harbor writes a job."""
-    from shipyard.api.conventions import selector_string, sweep_selector
+    from shipyard.api.conventions import owner_references, selector_string, sweep_selector
     from shipyard.cli.get_cmd import trial_logs, write_job_dir
     from shipyard.cli.harbor_results import job_result
     from shipyard.kube.trials import list_objects
@@ -302,7 +302,7 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     uid = obj["metadata"].get("uid")
     selector = selector_string(sweep_selector(name))
     trials = [t for t in list_objects("trials", ns, selector)
-              if any(o.get("uid") == uid for o in t["metadata"].get("ownerReferences") or [])]
+              if any(o.get("uid") == uid for o in owner_references(t, "Sweep"))]
     trials.sort(key=lambda t: t["metadata"]["name"])
     kept, superseded = current_trials(trials)
     tasks = {f"{ns}/{t['metadata']['name']}": t for t in list_objects("tasks", ns)}

@@ -12,6 +12,8 @@ from typing import Any
 
 import kopf
 
+from shipyard.api.conditions import carried, changed, event_key
+from shipyard.api.conventions import LABEL_IMAGE_BUILD, iso, object_conditions, owner_references
 from shipyard.api.models import (
     GROUP,
     IMAGES_READY,
@@ -46,7 +48,6 @@ from shipyard.plan.images import (
 from shipyard.reconcile import image_build as machine
 from shipyard.render.build_job import (
     BUILD_CONTAINER,
-    LABEL_IMAGE_BUILD,
     build_context_configmaps,
     build_image_build,
     build_job,
@@ -60,7 +61,7 @@ _waiting: dict[tuple[str, str], set[str]] = {}  # (namespace, task) → trials w
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(datetime.now(UTC))
 
 
 def image_settings() -> ImageSettings:
@@ -105,12 +106,12 @@ async def ensure_task_images(body: dict[str, Any], task: LoadedTask,
         error = e if isinstance(e, ImagesUnavailable) else ImagesUnavailable(
             Reason.NO_IMAGE_BUILDER, f"operator settings: {e}")
         cond = unavailable_condition(error, now_iso(), generation)
-        return status.model_copy(update={"images": {}, "conditions": [*status.conditions,
-                                                                      cond]})
+        return status.model_copy(update={"images": {}, "conditions": [
+            *status.conditions, carried(object_conditions(body), cond, now_iso())]})
     builds, refs = await asyncio.to_thread(ensure_builds, body, task, needs, force)
     images, cond = images_status(needs, builds, refs, now_iso(), generation)
-    return status.model_copy(update={"images": images,
-                                     "conditions": [*status.conditions, cond]})
+    return status.model_copy(update={"images": images, "conditions": [
+        *status.conditions, carried(object_conditions(body), cond, now_iso())]})
 
 
 def ensure_builds(body: dict[str, Any], task: LoadedTask, needs: list[ImageNeed], force: bool
@@ -205,9 +206,7 @@ def refresh_task_images(namespace: str, name: str) -> None:
     before = next((c for c in conditions if c.type == IMAGES_READY), None)
     new_images, cond = images_status(needs, builds, refs, now_iso(),
                                      task["metadata"].get("generation"))
-    if before is not None and (before.status, before.reason, before.message) == (
-            cond.status, cond.reason, cond.message):
-        cond.last_transition_time = before.last_transition_time
+    cond = carried(conditions, cond, now_iso())
     conditions = [c for c in conditions if c.type != IMAGES_READY] + [cond]
     patch = {
         "images": {k: v.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -216,18 +215,17 @@ def refresh_task_images(namespace: str, name: str) -> None:
     }
     if patch["images"] == (raw.get("images") or {}) and before == cond:
         return
-    if before is None or (before.status, before.reason) != (cond.status, cond.reason):
-        failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, "Pending")
+    if changed([before] if before else [], [cond], fields=("type", "status", "reason")):
+        failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, Reason.PENDING)
         kube_events.post_event(
             task, "Warning" if failed else "Normal",
             cond.reason if cond.status == "False" else IMAGES_READY, cond.message,
-            key=f"{IMAGES_READY}/{cond.status}/{cond.reason}/{cond.last_transition_time}")
+            key=event_key(cond))
     objects.patch_status("tasks", namespace, name, patch)
 
 
 def _owner_tasks(build: dict[str, Any]) -> list[str]:
-    return [o["name"] for o in build["metadata"].get("ownerReferences") or []
-            if o.get("kind") == "Task"]
+    return [o["name"] for o in owner_references(build, "Task")]
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

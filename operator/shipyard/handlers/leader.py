@@ -35,10 +35,10 @@ def _state(lease: kube_lease.Lease | None) -> LeaseState | None:
 
 
 class Leadership:
-    def __init__(self, settings: LeaderSettings) -> None:
+    def __init__(self, settings: LeaderSettings, namespaces: list[str] | None = None) -> None:
         self.settings = settings
         self.namespace = settings.namespace or own_namespace()
-        self.name = settings.lease_name
+        self.name = settings.lease_for(namespaces or [])
         self.identity = settings.identity or f"{socket.gethostname()}_{os.getpid()}"
         self.lease: kube_lease.Lease | None = None
         self.last_renewed: float | None = None

@@ -73,9 +73,10 @@ def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     # One driver per trial: only the holder of the Lease runs kopf (standalone: kopf's own
-    # peering is not used); a standby waits here, before any watch starts.
+    # peering is not used); a standby waits here, before any watch starts. The Lease is named
+    # from the namespaces served, so operators serving others do not wait for this one.
     settings = config.load().leader
-    leadership = Leadership(settings) if settings.enabled else None
+    leadership = Leadership(settings, namespaces) if settings.enabled else None
     if leadership is not None:
         leadership.acquire(liveness)
         leadership.keep()

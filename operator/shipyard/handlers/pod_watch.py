@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import LABEL_COMPONENT, LABEL_TRIAL, POD_COMPONENTS
+from shipyard.api.conventions import LABEL_COMPONENT, LABEL_TRIAL, POD_COMPONENTS, owner_name
 from shipyard.kube import objects
 
 log = logging.getLogger("shipyard.pods")
@@ -104,8 +104,7 @@ async def pod_changed(event: dict[str, Any], body: kopf.Body, namespace: str, na
     if meta.get("labels", {}).get(LABEL_COMPONENT) not in POD_COMPONENTS:
         return
     # The owner's name, not the label: a label value may be a shortened name.
-    owner = next((o["name"] for o in meta.get("ownerReferences") or []
-                  if o.get("kind") == "Trial"), None)
+    owner = owner_name(body, "Trial")
     w = _wakers.get((namespace, owner))
     if w is None:
         if owner is None or event.get("type") == "DELETED":

@@ -21,7 +21,16 @@ import kopf
 from pydantic import ValidationError
 
 from shipyard.api.compat import known_fields
-from shipyard.api.conventions import LABEL_SWEEP, iso, parse_time, selector_string, sweep_selector
+from shipyard.api.conditions import carried, changed, event_key
+from shipyard.api.conventions import (
+    LABEL_SWEEP,
+    iso,
+    owner_name,
+    owner_references,
+    parse_time,
+    selector_string,
+    sweep_selector,
+)
 from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
@@ -65,8 +74,7 @@ _index: dict[tuple[str, str], SweepIndex] = {}
 
 
 def _owner(body: kopf.Body) -> str | None:
-    return next((o["name"] for o in body.get("metadata", {}).get("ownerReferences") or []
-                 if o.get("kind") == "Sweep"), None)
+    return owner_name(body, "Sweep")
 
 
 @kopf.on.event(GROUP, VERSION, "trials", labels={LABEL_SWEEP: kopf.PRESENT})
@@ -229,26 +237,23 @@ class SweepDriver:
     def announce(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> None:
         """(In a thread, before the status it explains) an Event for each condition that
         changed (bad input, suspended, complete)."""
-        before = {(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-                  for c in (self.written or sweep["status"]).get("conditions") or []}
-        for c in wanted.get("conditions") or []:
-            if (c["type"], c["status"], c["reason"], c["message"]) in before:
-                continue
+        before = (self.written or sweep["status"]).get("conditions")
+        for c in changed(before, wanted.get("conditions") or []):
             if c["type"] == "TasksReady" and c["status"] == "True":
                 continue
             warning = c["type"] == "Failed" or (c["type"] == "TasksReady"
                                                 and c["reason"] != Reason.WAITING_FOR_TASKS)
             kube_events.post_event(
                 dict(self.body), "Warning" if warning else "Normal", c["reason"], c["message"],
-                key=f"{c['type']}/{c['status']}/{c['reason']}/{c.get('lastTransitionTime')}")
+                key=event_key(c))
 
     async def invalid(self, sweep: dict[str, Any], exc: ValidationError, now: datetime
                       ) -> float:
         problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                              for e in exc.errors()[:5])
-        failed = Condition(type="Failed", status="True", reason=Reason.INVALID_SPEC,
-                           message=problems, last_transition_time=iso(now),
-                           observed_generation=sweep["metadata"].get("generation"))
+        failed = carried(sweep["status"].get("conditions"), Condition(
+            type="Failed", status="True", reason=Reason.INVALID_SPEC, message=problems,
+            observed_generation=sweep["metadata"].get("generation")), iso(now))
         status = SweepStatus(observed_generation=failed.observed_generation,
                              conditions=[failed])
         await self.write(sweep, status.model_dump(by_alias=True, mode="json"))
@@ -261,5 +266,4 @@ async def _until(stopped: kopf.DaemonStopped) -> None:
 
 def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:
     uid = sweep.get("metadata", {}).get("uid")
-    return any(o.get("kind") == "Sweep" and o.get("uid") == uid
-               for o in trial.get("metadata", {}).get("ownerReferences") or [])
+    return any(o.get("uid") == uid for o in owner_references(trial, "Sweep"))

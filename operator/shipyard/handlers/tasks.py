@@ -8,14 +8,14 @@ from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import condition
-from shipyard.api.models import GROUP, VERSION, Condition, TaskStatus
+from shipyard.api.conventions import condition, iso, object_conditions
+from shipyard.api.models import GROUP, VERSION, TaskStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.kube import events as kube_events
 from shipyard.kube import objects
-from shipyard.plan.task_summary import summarize
+from shipyard.reconcile import task_status as computed
 
 RECHECK_SEC = 10.0
 
@@ -64,26 +64,13 @@ async def recheck_bundle(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 
 async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]]:
-    """The Task's status and the Event that announces it."""
+    """The Task's status and the Event that announces it (`reconcile.task_status`)."""
     generation = body["metadata"].get("generation")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    previous = object_conditions(body)
+    now = iso(datetime.now(UTC))
     try:
         task = await asyncio.to_thread(load_task, dict(body))
     except TaskUnavailable as e:
-        reason = Reason.BUNDLE_NOT_FOUND if e.reason == Reason.TASK_NOT_FOUND else e.reason
-        ready = Condition(type="Ready", status="False", reason=reason, message=e.message,
-                          last_transition_time=now, observed_generation=generation)
-        return (TaskStatus(observed_generation=generation, conditions=[ready]),
-                ("Warning", reason, e.message))
-    summary = summarize(task)
-    ready = Condition(type="Ready", status="True", reason=Reason.VALID,
-                      message=f"task {task.name} is valid", last_transition_time=now,
-                      observed_generation=generation)
-    status = TaskStatus(observed_generation=generation, digest=task.digest, summary=summary,
-                        conditions=[ready])
-    status = await ensure_task_images(dict(body), task, status)
-    return (
-        status,
-        ("Normal", Reason.VALID, f"{summary.steps} step(s), verifier {summary.verifier_mode}, "
-                            f"image {summary.image}"),
-    )
+        return computed.invalid(previous, generation, e.reason, e.message, now)
+    status, event = computed.valid(previous, generation, task, now)
+    return await ensure_task_images(dict(body), task, status), event

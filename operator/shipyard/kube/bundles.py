@@ -32,6 +32,7 @@ from shipyard.api.task_source import (
     split_bundle,
 )
 from shipyard.kube.client import core, custom
+from shipyard.kube.errors import create_or_none
 
 # Bundles larger than one ConfigMap are split (api.task_source.split_bundle), up to MAX_PARTS:
 # 48 MiB compressed. Bigger tasks belong in their image.
@@ -85,11 +86,8 @@ def push_task(namespace: str, name: str, files: dict[str, bytes]) -> PushResult:
             "metadata": {"name": part_name, "namespace": namespace, "labels": _labels(name)},
             "binaryData": {BUNDLE_KEY: base64.b64encode(piece).decode()},
         }
-        try:
-            core().create_namespaced_config_map(namespace, configmap)
-        except ApiException as e:
-            if e.status != 409:  # the same content was pushed before: it is there already
-                raise
+        # A 409: the same content was pushed before, it is there already.
+        create_or_none(core().create_namespaced_config_map, namespace, configmap)
     source = {"configMap": {"name": cm_name, **({"parts": parts} if parts else {})}}
     api = custom()
     created = changed = False

@@ -4,6 +4,8 @@ imports the client library)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -13,6 +15,7 @@ __all__ = [
     "ApiException",
     "ConfigException",
     "TransportError",
+    "create_or_none",
     "describe",
     "error_body",
     "is_server_error",
@@ -23,6 +26,17 @@ def error_body(e: ApiException, limit: int = 300) -> str:
     """The start of the apiserver's answer, for a message."""
     body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
     return (body or "")[:limit]
+
+
+def create_or_none(create: Callable[..., Any], *args: Any) -> Any | None:
+    """`create(*args)`'s result, or None when the object exists already (409): creates that
+    are retried, repeated by another operator, or content-addressed."""
+    try:
+        return create(*args)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        return None
 
 
 def is_server_error(e: ApiException) -> bool:

@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube.client import api_client, core, custom
+from shipyard.kube.errors import create_or_none
 from shipyard.kube.objects import ensure_configmap
 
 PLURAL = "imagebuilds"
@@ -62,11 +63,7 @@ def get_job(namespace: str, name: str) -> dict[str, Any] | None:
 
 def create_job(job: dict[str, Any]) -> None:
     """Create the build Job; an existing one (a restarted operator) is kept."""
-    try:
-        _batch().create_namespaced_job(job["metadata"]["namespace"], job)
-    except ApiException as e:
-        if e.status != 409:
-            raise
+    create_or_none(_batch().create_namespaced_job, job["metadata"]["namespace"], job)
 
 
 def job_pods(namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from shipyard.kube.client import api_client, core
+from shipyard.kube.errors import create_or_none
 
 # (group/version, resource) pairs whose presence selects an FQDN backend.
 FQDN_APIS = (
@@ -121,16 +122,13 @@ def apply_network_objects(objects: list[dict[str, Any]]) -> None:
     custom = client.CustomObjectsApi(api_client())
     for obj in objects:
         namespace = obj["metadata"]["namespace"]
-        try:
-            if obj["kind"] == "NetworkPolicy":
-                networking.create_namespaced_network_policy(namespace, obj)
-            else:
-                group, version = obj["apiVersion"].split("/")
-                plural = CUSTOM_PLURALS[(group, obj["kind"])]
-                custom.create_namespaced_custom_object(group, version, namespace, plural, obj)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        if obj["kind"] == "NetworkPolicy":
+            create_or_none(networking.create_namespaced_network_policy, namespace, obj)
+        else:
+            group, version = obj["apiVersion"].split("/")
+            plural = CUSTOM_PLURALS[(group, obj["kind"])]
+            create_or_none(custom.create_namespaced_custom_object, group, version, namespace,
+                           plural, obj)
 
 
 _baselines: dict[tuple[str, str], threading.Lock | None] = {}
@@ -151,11 +149,8 @@ def ensure_namespace_baseline(objects: list[dict[str, Any]]) -> None:
         networking = client.NetworkingV1Api(api_client())
         for obj in objects:
             name = obj["metadata"]["name"]
-            try:
-                networking.create_namespaced_network_policy(namespace, obj)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
+            if create_or_none(networking.create_namespaced_network_policy, namespace,
+                              obj) is None:
                 current = api_client().sanitize_for_serialization(
                     networking.read_namespaced_network_policy(name, namespace))
                 if current.get("spec") != obj["spec"]:

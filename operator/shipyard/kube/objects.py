@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube.client import api_client, core, custom
+from shipyard.kube.errors import create_or_none
 
 
 def _sanitize(obj: Any) -> Any:
@@ -59,11 +60,8 @@ def delete_pod(namespace: str, name: str, grace_seconds: int = 0) -> None:
 
 def ensure_configmap(configmap: dict[str, Any]) -> None:
     """Create it unless it exists (content-addressed ConfigMaps never change)."""
-    try:
-        core().create_namespaced_config_map(configmap["metadata"]["namespace"], configmap)
-    except ApiException as e:
-        if e.status != 409:
-            raise
+    create_or_none(core().create_namespaced_config_map, configmap["metadata"]["namespace"],
+                   configmap)
 
 
 _ensured_lock = threading.Lock()
@@ -97,11 +95,7 @@ def merge_configmap_data(configmap: dict[str, Any], exists: bool = False) -> Non
         except ApiException as e:
             if e.status != 404:
                 raise
-    try:
-        core().create_namespaced_config_map(ns, configmap)
-    except ApiException as e:
-        if e.status != 409:
-            raise
+    if create_or_none(core().create_namespaced_config_map, ns, configmap) is None:
         core().patch_namespaced_config_map(name, ns, {"data": configmap["data"]})
 
 

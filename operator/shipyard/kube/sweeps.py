@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube import objects
 from shipyard.kube.client import custom
+from shipyard.kube.errors import create_or_none
 
 _requests: Counter[str] = Counter()
 
@@ -27,13 +26,8 @@ def requests_made() -> dict[str, int]:
 def create_trial(namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """The created Trial, or None when one of that name exists already."""
     _count("create")
-    try:
-        return custom().create_namespaced_custom_object(GROUP, VERSION, namespace, "trials",
-                                                        body)
-    except ApiException as e:
-        if e.status == 409:
-            return None
-        raise
+    return create_or_none(custom().create_namespaced_custom_object, GROUP, VERSION, namespace,
+                          "trials", body)
 
 
 def list_trials(namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""GPUs and TPUs of a task, resolved for GKE-style scheduling (Harbor §c.4, improved per §g.4).
+"""GPUs and TPUs of a task, resolved for GKE-style scheduling (docs/harbor.md §c.4, improved per
+§g.4).
 
 * GPUs: `nvidia.com/gpu` = `gpus`; when `gpu_types` is set, node affinity over **every**
   entry (Harbor uses only the first), each mapped through Harbor's alias table to a

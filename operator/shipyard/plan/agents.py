@@ -1,6 +1,7 @@
-"""Harbor's installed agents (§d.2): which agents there are, their options (Harbor's agent
-kwargs), the environment each runs with, the files it leaves, and how it is installed.
-`shipyard.render.agent_scripts` writes each agent's shell (Harbor's command lines).
+"""Harbor's installed agents (docs/harbor.md §d.2): which agents there are, their options (Harbor's
+agent kwargs), the environment each runs with, the files it leaves, and how it is installed.
+Each agent is a module of `shipyard.agents` (its `AgentDef`); this module decides one run of
+it. `shipyard.render.agent_scripts` writes the run's shell (Harbor's command lines).
 
 Differences from Harbor, on purpose:
 - the instruction is read from the file the runner writes (stdin or `--*-file`), never put on
@@ -16,53 +17,32 @@ Differences from Harbor, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
+from shipyard.agents import INSTALLED_AGENTS, REGISTRY
+from shipyard.agents.base import (
+    AGENTS_ROOT,
+    BUNDLE_SOURCE,
+    USAGE_FILE,
+    AgentConfigError,
+    AgentDef,
+    Option,
+    bare_model,
+)
 from shipyard.api.models import AgentSpec
 from shipyard.taskformat import MCPServerConfig
 
-AGENTS_ROOT = "/shipyard/agents"
-BUNDLE_SOURCE = "/bundle"  # where a bundle image keeps the agent's files
-USAGE_FILE = "/logs/agent/shipyard-usage.json"
-CLAUDE_SESSION = "/logs/agent/claude-code.session.jsonl"
-GEMINI_SESSION = "/logs/agent/gemini-cli.trajectory.jsonl"
-CODEX_HOME = "/tmp/codex-home"
+__all__ = [
+    "AGENTS", "AGENTS_ROOT", "BUNDLE_SOURCE", "INSTALLED_AGENTS", "USAGE_FILE",
+    "AgentConfigError", "AgentDef", "AgentRun", "Option", "agent_run", "bare_model",
+    "base_url_host", "bundle_image", "with_mcp_servers",
+]
+
+AGENTS: Mapping[str, AgentDef] = REGISTRY
 DEFAULT_BUNDLE_REPOSITORY = "localhost/shipyard"
 BUNDLE_REPOSITORY_ENV = "SHIPYARD_AGENT_BUNDLE_REPOSITORY"  # the operator's setting
-
-
-class AgentConfigError(ValueError):
-    """The agent spec cannot run: `field` names the spec field at fault."""
-
-    def __init__(self, field_: str, message: str) -> None:
-        super().__init__(f"{field_}: {message}")
-        self.field = field_
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Option:
-    """One Harbor agent kwarg: a CLI flag (`{value}` is replaced, shell-quoted, by the
-    renderer), or an environment variable."""
-
-    flag: str | None = None
-    env: str | None = None
-    choices: tuple[str, ...] = ()
-    kind: type = str
-
-    def check(self, name: str, value: str) -> str:
-        if self.choices and value not in self.choices:
-            raise AgentConfigError(f"spec.agent.kwargs.{name}",
-                                   f"{value!r} is not one of {', '.join(self.choices)}")
-        if self.kind is int:
-            try:
-                int(value)
-            except ValueError:
-                raise AgentConfigError(f"spec.agent.kwargs.{name}",
-                                       f"{value!r} is not an integer") from None
-        return value
 
 
 @dataclass(frozen=True)
@@ -86,182 +66,16 @@ class AgentRun:
     as Harbor writes it (claude-code, codex, gemini-cli)."""
 
     @property
+    def agent(self) -> AgentDef:
+        return REGISTRY[self.name]
+
+    @property
     def options(self) -> Mapping[str, Option]:
-        return AGENTS[self.name].options
+        return self.agent.options
 
     @property
     def bundled(self) -> bool:
         return self.bundle_image is not None
-
-
-@dataclass(frozen=True)
-class AgentDef:
-    name: str
-    default_version: str
-    executable: str
-    options: Mapping[str, Option]
-    env: Callable[[AgentSpec, str, dict[str, str]], dict[str, str]]
-    """(spec, model, checked kwargs) -> the agent's environment (Harbor's)."""
-    needs_model: bool = True
-    model_has_provider: bool = False  # Harbor requires provider/model
-    install_hosts: tuple[str, ...] = ()
-    extra_collect: tuple[str, ...] = ()
-    native: str | None = None  # the native record the ATIF trajectory is made from
-    web_tools: tuple[str, str] | None = None
-    """(option, value) that turns the agent's native web tools off (Harbor's
-    set_web_tools_disabled under a restricted agent phase)."""
-
-    @property
-    def log(self) -> str:
-        return f"/logs/agent/{self.name}.txt"
-
-
-def bare_model(model: str) -> str:
-    return model.split("/")[-1]
-
-
-def _option_env(options: Mapping[str, Option], kwargs: dict[str, str]) -> dict[str, str]:
-    return {options[k].env: v for k, v in kwargs.items() if options[k].env}  # type: ignore[misc]
-
-
-# ---------------------------------------------------------------- claude-code
-
-CLAUDE_OPTIONS = {
-    "max_turns": Option(flag="--max-turns {value}", kind=int),
-    "reasoning_effort": Option(flag="--effort {value}",
-                               choices=("low", "medium", "high", "xhigh", "max")),
-    "max_budget_usd": Option(flag="--max-budget-usd {value}"),
-    "fallback_model": Option(flag="--fallback-model {value}"),
-    "append_system_prompt": Option(flag="--append-system-prompt {value}"),
-    "allowed_tools": Option(flag="--allowedTools {value}"),
-    "disallowed_tools": Option(flag="--disallowedTools {value}"),
-    "max_thinking_tokens": Option(env="MAX_THINKING_TOKENS", kind=int),
-}
-
-
-def _claude_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    env = {"FORCE_AUTO_BACKGROUND_TASKS": "1", "ENABLE_BACKGROUND_TASKS": "1"}
-    if spec.base_url:
-        # Claude's client adds /v1 itself.
-        env["ANTHROPIC_BASE_URL"] = spec.base_url.rstrip("/").removesuffix("/v1")
-    if model:
-        env["ANTHROPIC_MODEL"] = model if spec.base_url else bare_model(model)
-    if spec.base_url and model:
-        for alias in ("ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
-                      "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"):
-            env[alias] = env["ANTHROPIC_MODEL"]
-    env.update({
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "IS_SANDBOX": "1",
-        **_option_env(CLAUDE_OPTIONS, kwargs),
-        "CLAUDE_CONFIG_DIR": "/logs/agent/sessions",
-    })
-    return env
-
-
-# ---------------------------------------------------------------- codex
-
-CODEX_OPTIONS = {
-    "reasoning_effort": Option(flag="-c model_reasoning_effort={value}"),
-    "reasoning_summary": Option(flag="-c model_reasoning_summary={value}",
-                                choices=("auto", "concise", "detailed", "none")),
-}
-CODEX_DEFAULTS = {"reasoning_effort": "high"}  # Harbor's
-
-
-def _codex_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    env = {"CODEX_HOME": CODEX_HOME}
-    if spec.base_url:
-        env["OPENAI_BASE_URL"] = spec.base_url
-    return env
-
-
-# ---------------------------------------------------------------- the others
-
-def _gemini_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    env = {"GEMINI_CLI_TRUST_WORKSPACE": "true"}
-    if spec.base_url:
-        env["GOOGLE_GEMINI_BASE_URL"] = spec.base_url
-    return env
-
-
-AIDER_OPTIONS = {
-    "reasoning_effort": Option(flag="--reasoning-effort {value}"),
-    "thinking_tokens": Option(flag="--thinking-tokens {value}", kind=int),
-    "cache_prompts": Option(flag="--cache-prompts", choices=("true",)),
-    "auto_lint": Option(flag="--auto-lint", choices=("true",)),
-    "auto_test": Option(flag="--auto-test", choices=("true",)),
-    "test_cmd": Option(flag="--test-cmd {value}"),
-    "map_tokens": Option(flag="--map-tokens {value}", kind=int),
-}
-
-
-def _aider_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    provider = model.split("/", 1)[0]
-    if provider not in ("openai", "anthropic"):
-        raise AgentConfigError("spec.agent.model", f"aider supports the openai and anthropic "
-                                                   f"providers, not {provider!r}")
-    if not spec.base_url:
-        return {}
-    return {"OPENAI_API_BASE" if provider == "openai" else "ANTHROPIC_BASE_URL": spec.base_url}
-
-
-MINI_OPTIONS = {"cost_limit": Option(flag="--cost-limit {value}")}
-
-
-def _mini_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    env = {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors"}
-    if spec.base_url:
-        env["OPENAI_API_BASE"] = spec.base_url
-    return env
-
-
-def _openhands_env(spec: AgentSpec, model: str, kwargs: dict[str, str]) -> dict[str, str]:
-    env = {
-        "LLM_MODEL": model,
-        "AGENT_ENABLE_PROMPT_EXTENSIONS": "false", "AGENT_ENABLE_BROWSING": "false",
-        "ENABLE_BROWSER": "false", "SANDBOX_ENABLE_AUTO_LINT": "true",
-        "SKIP_DEPENDENCY_CHECK": "1", "RUN_AS_OPENHANDS": "false", "RUNTIME": "local",
-        "SU_TO_USER": "false", "SAVE_TRAJECTORY_PATH": "/logs/agent/openhands.trajectory.json",
-        "FILE_STORE": "local", "FILE_STORE_PATH": "/logs/agent/", "LLM_LOG_COMPLETIONS": "true",
-        "LLM_LOG_COMPLETIONS_FOLDER": "/logs/agent/completions/",
-    }
-    if spec.base_url:
-        env["LLM_BASE_URL"] = spec.base_url
-    return env
-
-
-NPM_HOSTS = ("registry.npmjs.org", "deb.debian.org", "dl-cdn.alpinelinux.org")
-PYPI_HOSTS = ("pypi.org", "files.pythonhosted.org")
-
-AGENTS: dict[str, AgentDef] = {
-    "claude-code": AgentDef(
-        "claude-code", "2.1.330", "claude", CLAUDE_OPTIONS, _claude_env,
-        install_hosts=NPM_HOSTS, extra_collect=(USAGE_FILE, CLAUDE_SESSION),
-        native=CLAUDE_SESSION, web_tools=("disallowed_tools", "WebSearch,WebFetch"),
-    ),
-    "codex": AgentDef(
-        "codex", "0.169.0", "codex", CODEX_OPTIONS, _codex_env, install_hosts=NPM_HOSTS,
-        extra_collect=(USAGE_FILE,), native="/logs/agent/codex.txt",
-    ),
-    "gemini-cli": AgentDef(
-        "gemini-cli", "0.61.0", "gemini", {}, _gemini_env, install_hosts=NPM_HOSTS,
-        extra_collect=(USAGE_FILE, GEMINI_SESSION), native=GEMINI_SESSION,
-    ),
-    "aider": AgentDef(
-        "aider", "0.86.1", "aider", AIDER_OPTIONS, _aider_env, model_has_provider=True,
-        install_hosts=PYPI_HOSTS,
-    ),
-    "mini-swe-agent": AgentDef(
-        "mini-swe-agent", "1.17.3", "mini-swe-agent", MINI_OPTIONS, _mini_env,
-        model_has_provider=True, install_hosts=PYPI_HOSTS,
-        extra_collect=("/logs/agent/mini-swe-agent.trajectory.json",),
-    ),
-    "openhands": AgentDef(
-        "openhands", "0.62.0", "openhands-python", {}, _openhands_env, install_hosts=PYPI_HOSTS,
-    ),
-}
-INSTALLED_AGENTS = tuple(AGENTS)
 
 
 def bundle_image(spec: AgentSpec, version: str, repository: str) -> str:
@@ -293,9 +107,8 @@ def agent_run(spec: AgentSpec, bundle_repository: str = DEFAULT_BUNDLE_REPOSITOR
             f"spec.agent.kwargs.{unknown[0]}",
             f"Unknown option for agent '{agent.name}' (known: "
             f"{', '.join(sorted(agent.options)) or 'none'})")
-    kwargs = {k: agent.options[k].check(k, v) for k, v in spec.kwargs.items()}
-    if agent.name == "codex":
-        kwargs = {**CODEX_DEFAULTS, **kwargs}
+    kwargs = {**agent.default_kwargs,
+              **{k: agent.options[k].check(k, v) for k, v in spec.kwargs.items()}}
     if not web_tools and agent.web_tools is not None:
         option, tools = agent.web_tools
         kwargs[option] = ",".join(t for t in (kwargs.get(option), tools) if t)
@@ -306,7 +119,7 @@ def agent_run(spec: AgentSpec, bundle_repository: str = DEFAULT_BUNDLE_REPOSITOR
         model=model,
         base_url=spec.base_url,
         kwargs=kwargs,
-        env=agent.env(spec, model, kwargs),
+        env=agent.env(spec.base_url, model, kwargs),
         log=agent.log,
         collect=(agent.log, *agent.extra_collect),
         bundle_image=bundle_image(spec, version, bundle_repository) if bundled else None,

@@ -34,7 +34,7 @@ COMPOSE_FILE = "docker-compose.yaml"
 Backend = Literal["buildkit", "none"]
 
 # ImagesReady=False reasons. Building/Pending/RegistryUnavailable wait; the rest are final.
-WAITING_REASONS = (Reason.BUILDING, "Pending", Reason.REGISTRY_UNAVAILABLE)
+WAITING_REASONS = (Reason.BUILDING, Reason.PENDING, Reason.REGISTRY_UNAVAILABLE)
 FAILED_REASONS = (Reason.IMAGE_BUILD_FAILED, Reason.BUILD_TIMEOUT)
 
 
@@ -267,7 +267,7 @@ def images_status(needs: list[ImageNeed], builds: Mapping[str, ImageBuildStatus 
                                       else Reason.BUILDING),
                               message="waiting for " + ", ".join(waiting))
     else:
-        condition = Condition(type=IMAGES_READY, status="True", reason="Ready",
+        condition = Condition(type=IMAGES_READY, status="True", reason=Reason.READY,
                               message=", ".join(f"{r}: {i.ref} ({i.source})"
                                                 for r, i in images.items()))
     condition.last_transition_time = now

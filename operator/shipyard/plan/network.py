@@ -34,7 +34,6 @@ CILIUM_RESOURCE = "cilium.io/v2/ciliumnetworkpolicies"
 
 HOSTNAME_TYPES = (AllowlistEntryType.HOSTNAME, AllowlistEntryType.WILDCARD_HOSTNAME)
 IPV6_TYPES = (AllowlistEntryType.IPV6_ADDRESS, AllowlistEntryType.IPV6_CIDR)
-MAX_LABEL_VALUE = 63
 
 
 DEFAULT_BLOCKED_CIDRS = ("169.254.0.0/16", "fd00:ec2::254/128")

@@ -1,4 +1,4 @@
-"""Task + Trial → the ordered plan of phases a trial runs (Harbor §b.3 single-step, §b.4
+"""Task + Trial → the ordered plan of phases a trial runs (docs/harbor.md §b.3 single-step, §b.4
 multi-step, §b.5 verification, separate verifiers per §a.5).
 
 Each phase is what the in-pod runner executes in one of the trial's pods: an optional root
@@ -178,7 +178,8 @@ class PhaseSpec:
     secrets: bool = False
     log_files: tuple[str, ...] = ()
     """Collected files that are kept as the phase's logs after the pod is gone."""
-    oracle: bool = False  # the oracle's agent phase: a non-zero exit is not an error (§d.4)
+    # the oracle's agent phase: a non-zero exit is not an error (docs/harbor.md §d.4)
+    oracle: bool = False
     installed_agent: str | None = None  # an installed agent's name (its output is parsed)
     model: str | None = None
     agent_version: str | None = None
@@ -410,8 +411,8 @@ def _installed_agent(spec: TrialSpec, repository: str | None,
 
 def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
              settings: NetworkSettings, installed: AgentRun | None = None) -> TrialNetwork:
-    """The policies of every step (Harbor §a.5, with the Trial's extra hosts), refused before
-    any pod starts when a restricted policy could not be enforced: never run open.
+    """The policies of every step (docs/harbor.md §a.5, with the Trial's extra hosts), refused
+    before any pod starts when a restricted policy could not be enforced: never run open.
 
     An installed agent's model endpoint is added to the agent phase alone: `baseURL`'s host as
     an extra agent host, or, for an in-cluster model server, its pods by selector."""
@@ -526,7 +527,8 @@ def _user(user: str | int | None) -> str | None:
 
 
 def environment_phase(task: LoadedTask, workdir: str | None) -> PhaseSpec:
-    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (§b.3 2.2)."""
+    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (docs/harbor.md §b.3
+    2.2)."""
     files = task.tree("environment/")
     built = "Dockerfile" in files or "docker-compose.yaml" in files
     payload = {} if built else {f"environment/{k}": v for k, v in files.items()}
@@ -576,7 +578,7 @@ def agent_phase(
             raise PlanError(Reason.TASK_INVALID, f"{where}/solve.sh: the oracle agent needs a "
                                            "solution script and the task has none")
         log = AGENT_LOGS["oracle"]
-        # [solution].env wins over the agent's env (§d.4).
+        # [solution].env wins over the agent's env (docs/harbor.md §d.4).
         env = {v.name: v.value for v in agent.env}
         env.update({"DEBIAN_FRONTEND": "noninteractive", **solution_env})
         return PhaseSpec(
@@ -603,8 +605,8 @@ def agent_phase(
 
 def installed_agent_phase(task: LoadedTask, spec: TrialSpec, step: str | None, run: AgentRun,
                           base: dict) -> PhaseSpec:
-    """An installed agent (§d.2): the instruction in a file, keys from the Secrets only, the
-    agent from its bundle (or, for install: script, Harbor's install commands run first as
+    """An installed agent (docs/harbor.md §d.2): the instruction in a file, keys from the Secrets
+    only, the agent from its bundle (or, for install: script, Harbor's install commands run first as
     root)."""
     instruction = task.step_instruction(step) if step else task.instruction
     # The Trial's agent env wins over the agent's defaults, as Harbor's AgentConfig.env.

@@ -24,11 +24,11 @@ TrialInvalid naming it (the operator keeps serving Tasks and finished Trials).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from shipyard.api.conventions import OPERATOR_LEASE
+from shipyard.api.conventions import OPERATOR_LEASE, operator_lease_name
 from shipyard.plan.accelerators import SchedulingSettings
 from shipyard.plan.agents import BUNDLE_REPOSITORY_ENV
 from shipyard.plan.images import ImageSettingError, ImageSettings
@@ -108,6 +108,9 @@ class LeaderSettings:
 
     enabled: bool = True
     lease_name: str = OPERATOR_LEASE
+    named: bool = field(default=False, compare=False)
+    """True when `lease_name` was set (SHIPYARD_LEADER_LEASE_NAME); else the Lease is named
+    from the namespaces the operator serves (`lease_for`)."""
     namespace: str | None = None
     """None: the operator's own namespace (its ServiceAccount's; else the kubeconfig's)."""
     identity: str | None = None
@@ -133,6 +136,7 @@ class LeaderSettings:
         settings = cls(
             enabled=enabled in ("1", "true", "yes", "on", ""),
             lease_name=environ.get(LEASE_NAME_ENV, "").strip() or OPERATOR_LEASE,
+            named=bool(environ.get(LEASE_NAME_ENV, "").strip()),
             namespace=environ.get(LEASE_NAMESPACE_ENV, "").strip() or None,
             identity=environ.get(IDENTITY_ENV, "").strip() or None,
             **timings,
@@ -143,6 +147,10 @@ class LeaderSettings:
                 f" (got {settings.retry_sec:g}, {settings.renew_deadline_sec:g},"
                 f" {settings.lease_sec:g})")
         return settings
+
+    def lease_for(self, namespaces: Iterable[str]) -> str:
+        """The Lease to hold while serving `namespaces` (none: every namespace)."""
+        return self.lease_name if self.named else operator_lease_name(namespaces)
 
 
 @dataclass(frozen=True)

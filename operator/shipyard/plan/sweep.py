@@ -1,5 +1,5 @@
-"""A Sweep's plan: its slots in Harbor's order (attempts x tasks x agents, spec §e.2) and the
-Trial each slot runs as, named from a hash of (sweep, task, agent, attempt) so that creating
+"""A Sweep's plan: its slots in Harbor's order (attempts x tasks x agents, docs/harbor.md §e.2) and
+the Trial each slot runs as, named from a hash of (sweep, task, agent, attempt) so that creating
 the same slot twice is a 409, never a duplicate. Pure and deterministic."""
 
 from __future__ import annotations

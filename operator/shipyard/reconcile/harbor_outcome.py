@@ -1,5 +1,5 @@
-"""A Trial's outcome as Harbor records it: the exception of its TrialResult (spec §b.6, §b.7).
-Pure; used by `shipyard results` and by the Sweep status (errors per eval key)."""
+"""A Trial's outcome as Harbor records it: the exception of its TrialResult (docs/harbor.md §b.6,
+§b.7). Pure; used by `shipyard results` and by the Sweep status (errors per eval key)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ create now, and the status. Nothing here remembers anything between calls: the T
 state, so an operator killed at any moment loses nothing and duplicates nothing.
 
 The status stays O(eval keys), never O(trials): counts, Job-style compressed index ranges and
-Harbor's per eval key stats (spec §e.3, §e.4) without the per-trial name lists.
+Harbor's per eval key stats (docs/harbor.md §e.3, §e.4) without the per-trial name lists.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from shipyard.api.conditions import carried, material
 from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
     LABEL_ATTEMPT,
@@ -322,10 +323,9 @@ def _add_tokens(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
 
 def _condition(type_: str, status: str, reason: str, message: str, now: datetime,
                generation: int | None, previous: Sequence[Mapping[str, Any]]) -> Condition:
-    before = condition(previous, type_, status=status)
-    since = (before or {}).get("lastTransitionTime") or iso(now)
-    return Condition(type=type_, status=status, reason=reason, message=message,
-                     last_transition_time=since, observed_generation=generation)
+    new = Condition(type=type_, status=status, reason=reason,  # type: ignore[arg-type]
+                    message=message, observed_generation=generation)
+    return carried(previous, new, iso(now))
 
 
 def _names(tasks: Sequence[TaskState]) -> str:
@@ -516,11 +516,6 @@ HEARTBEAT = 60.0
 """... or this many seconds, whichever comes first (running counts, mean)."""
 
 
-def _condition_keys(status: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
-    return [(c.get("type"), c.get("status"), c.get("reason"))
-            for c in (status or {}).get("conditions") or []]
-
-
 def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], since: float,
                 interval: float) -> float | None:
     """Seconds until the `wanted` status (API dicts) should replace the `written` one, `since`
@@ -530,7 +525,7 @@ def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], si
     writes stay a small fraction of the Trial creates however slow the Trials are."""
     if wanted == written:
         return None
-    if _condition_keys(wanted) != _condition_keys(written):
+    if material((written or {}).get("conditions"), wanted.get("conditions")):
         return max(0.0, CONDITION_DELAY - since)
     counts, before = wanted.get("counts") or {}, (written or {}).get("counts") or {}
     moved = abs((counts.get("completed") or 0) - (before.get("completed") or 0))

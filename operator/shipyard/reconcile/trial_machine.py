@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shipyard.api.conditions import set_condition
 from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     TERMINAL_CONDITIONS,
@@ -43,9 +44,9 @@ from shipyard.plan.phases import (
 from shipyard.plan.settings import TASK_WAIT_SEC
 from shipyard.reconcile.agent_result import (
     add_results,
+    agent_error,
     agent_result,
     classify_agent_error,
-    claude_code_error,
 )
 from shipyard.reconcile.agent_trajectory import agent_trajectory
 from shipyard.reconcile.pod_observation import PodObservation
@@ -182,19 +183,9 @@ def pod_name(status: TrialStatus, role: Role) -> str | None:
 
 def _set_condition(status: TrialStatus, type_: str, value: str, reason: Reason, message: str,
                    now: datetime) -> None:
-    reason = str(reason)  # type: ignore[assignment]  # the plain word in the status
-    gen = status.observed_generation
-    for c in status.conditions:
-        if c.type == type_:
-            if c.status != value:
-                c.last_transition_time = iso(now)
-            c.status, c.reason, c.message = value, reason, message  # type: ignore[assignment]
-            c.observed_generation = gen
-            return
-    status.conditions.append(
-        Condition(type=type_, status=value, reason=reason, message=message,  # type: ignore[arg-type]
-                  last_transition_time=iso(now), observed_generation=gen)
-    )
+    set_condition(status.conditions, Condition(
+        type=type_, status=value, reason=str(reason),  # type: ignore[arg-type]  # the plain word
+        message=message, observed_generation=status.observed_generation), iso(now))
 
 
 def _fresh_records(plan: TrialPlan) -> tuple[list[PhaseRecord], list[StepRecord]]:
@@ -305,8 +296,8 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
 
 def infrastructure_failure(status: TrialStatus, plan: TrialPlan, retries: int, reason: Reason,
                            message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
-    """An infrastructure failure: retried with a new pod while attempts remain (§b.8), else
-    the trial fails. Task failures, timeouts and reward-file errors never come here."""
+    """An infrastructure failure: retried with a new pod while attempts remain (docs/harbor.md
+    §b.8), else the trial fails. Task failures, timeouts and reward-file errors never come here."""
     if reason not in RETRYABLE or status.attempt > retries:
         return fail(status, reason, message, now)
     status = status.model_copy(deep=True)
@@ -404,7 +395,7 @@ def on_launch(status: TrialStatus, phase_id: str, result: PhaseStatus, now: date
 
 def on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: PhaseStatus,
               now: datetime) -> tuple[TrialStatus, Outcome]:
-    """A phase finished: record it and decide what follows (Harbor §b.3, §b.4, §b.6). Its
+    """A phase finished: record it and decide what follows (docs/harbor.md §b.3, §b.4, §b.6). Its
     pod goes back under the pod's network baseline."""
     status, outcome = _on_result(status, plan, phase_id, result, now)
     spec = plan.phase(phase_id)
@@ -496,7 +487,7 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
     if result.exit_code != 0:
         rec.message = f"agent exited with code {result.exit_code}"
         outcome.events.append(("Normal", Reason.AGENT_FINISHED, rec.message + "; verifying"))
-        if spec.oracle:  # the oracle never raises on a non-zero exit (§d.4)
+        if spec.oracle:  # the oracle never raises on a non-zero exit (docs/harbor.md §d.4)
             return None
         rec.state = "Failed"
         return HarborError.NON_ZERO_AGENT_EXIT, rec.message
@@ -525,7 +516,7 @@ def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: Phase
         text = json.dumps(trajectory, indent=1) if trajectory is not None else ""
         if text and len(text.encode()) <= TRAJECTORY_LIMIT_BYTES:  # never a truncated JSON
             outcome.logs[trajectory_key(spec)] = text
-    reported = claude_code_error(usage_text) if spec.installed_agent == "claude-code" else None
+    reported = agent_error(spec.installed_agent, usage_text)
     if error is None and reported is None:
         return None
     if error is not None and error[0] != "NonZeroAgentExitCodeError":
@@ -590,7 +581,8 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
 
 def _abort_step(status: TrialStatus, plan: TrialPlan, step: StepRecord | None, error_type: str,
                 message: str, now: datetime, outcome: Outcome) -> tuple[TrialStatus, Outcome]:
-    """A step failed without a verifier result: the remaining steps are skipped (§b.4)."""
+    """A step failed without a verifier result: the remaining steps are skipped (docs/harbor.md
+    §b.4)."""
     assert step is not None
     step.state = "Failed"
     step.error = step.error or TrialError(type=error_type, message=message)

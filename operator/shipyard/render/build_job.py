@@ -14,13 +14,13 @@ import base64
 import math
 from typing import Any
 
+from shipyard.api.conventions import LABEL_IMAGE_BUILD
 from shipyard.api.models import API_VERSION, ImageBuildSpec
 from shipyard.api.task_source import build_bundle, part_names, split_bundle
 from shipyard.plan.images import ImageNeed, ImageSettings
 from shipyard.render.pod import LABEL_COMPONENT, MANAGED_BY
 
 CONTEXT_KEY = "context.tar.gz"
-LABEL_IMAGE_BUILD = "shipyard.dev/image-build"
 BUILD_CONTAINER = "buildctl"
 
 

@@ -78,7 +78,8 @@ def _dirs_prepare() -> str:
 
 
 def _environment_prepare(workdir: str | None, copy_environment: bool) -> str:
-    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (§b.3 2.2)."""
+    """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (docs/harbor.md §b.3
+    2.2)."""
     prepare = _dirs_prepare()
     if copy_environment:
         target = shlex.quote(workdir) if workdir else '"$(pwd)"'

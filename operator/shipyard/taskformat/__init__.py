@@ -1,7 +1,7 @@
 """The Harbor 0.25 task format: models, loading, validation, resolution, reward parsing and
 Harbor's job metrics.
 
-Pure: no network, no Kubernetes. Specification: ``spec/harbor-reference.md`` section (a).
+Pure: no network, no Kubernetes. Specification: ``docs/harbor.md`` §a.
 """
 
 from shipyard.taskformat.artifacts import (

@@ -1,4 +1,4 @@
-"""Harbor's job metrics, exactly (spec §e.4: `metrics/base.py`, `metrics/mean.py`,
+"""Harbor's job metrics, exactly (docs/harbor.md §e.4: `metrics/base.py`, `metrics/mean.py`,
 `utils/pass_at_k.py` of harbor 0.25.0): Mean (Harbor's default), Sum, Min, Max and pass@k.
 Shared by the Sweep status and `shipyard results`."""
 

@@ -1,4 +1,5 @@
-"""Network modes, the allowlist entry grammar (spec a.4) and the run-level merge rule (a.5)."""
+"""Network modes, the allowlist entry grammar (docs/harbor.md §a.4) and the run-level merge rule
+(§a.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Resolution rules of spec a.5: verifier mode and environment, per-step settings, timeouts."""
+"""Resolution rules of docs/harbor.md §a.5: verifier mode and environment, per-step settings,
+timeouts."""
 
 from __future__ import annotations
 
@@ -138,7 +139,8 @@ def step_settings(
     *,
     trial_artifacts: Sequence[str | ArtifactConfig] = (),
 ) -> StepSettings:
-    """Resolve the per-step inheritance table of spec a.5; ``step=None`` is the task level.
+    """Resolve the per-step inheritance table of docs/harbor.md §a.5; ``step=None`` is the task
+    level.
 
     Verifier timeout: Harbor reads ``steps.verifier.timeout_sec``, whose default is 600, and
     never falls back to ``[verifier].timeout_sec`` (`trial.py:953-963`). Shipyard keeps this

@@ -1,4 +1,4 @@
-"""Task + Trial → the plan of phases a single-step trial runs (Harbor §b.3, §d.4)."""
+"""Task + Trial → the plan of phases a single-step trial runs (docs/harbor.md §b.3, §d.4)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_environment_phase_makes_the_log_dirs_world_writable() -> None:
 
 
 def test_environment_files_of_a_prebuilt_image_are_copied_into_workdir() -> None:
-    """Harbor §b.3 2.2: a prebuilt image with no Dockerfile gets environment/ uploaded."""
+    """docs/harbor.md §b.3: a prebuilt image with no Dockerfile gets environment/ uploaded."""
     env = plan_for(task(extra={"environment/data/seed.txt": "42\n"})).phase("environment")
     assert env.payload == {"environment/data/seed.txt": b"42\n"}
     assert "/app" in scripts(env).prepare
@@ -69,7 +69,7 @@ def test_environment_files_of_a_prebuilt_image_are_copied_into_workdir() -> None
 
 def test_environment_files_are_not_uploaded_when_the_task_has_a_dockerfile() -> None:
     """Harbor uploads environment/ only "for a prebuilt image with no Dockerfile/compose"
-    (§b.3 2.2, checklist §f); the Dockerfile and its build context never land in workdir."""
+    (docs/harbor.md §b.3, §f); the Dockerfile and its build context never land in workdir."""
     loaded = task(extra={"environment/Dockerfile": "FROM python:3.12-slim\n",
                          "environment/requirements.txt": "pytest\n"})
     env = plan_for(loaded).phase("environment")
@@ -142,7 +142,7 @@ def test_oracle_without_a_solution_is_task_invalid() -> None:
 
 
 def test_oracle_solution_env_is_resolved_and_wins_over_the_agent_env() -> None:
-    """Harbor §d.4: `[solution].env` (templates resolved) is scoped on top of the agent's
+    """docs/harbor.md §d.4: `[solution].env` (templates resolved) is scoped on top of the agent's
     extra env, so the task's solution settings win."""
     plan = plan_for(
         task(with_toml('[solution.env]\nSOL = "task"\nFROM_HOST = "${HOST_VALUE}"\n')),

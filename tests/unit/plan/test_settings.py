@@ -115,3 +115,19 @@ def test_the_probe_container_is_opted_into_and_none_means_an_exec_probe():
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: " mirror/busybox:1.37 "}).probe_image \
         == "mirror/busybox:1.37"
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: "None"}).probe_image is None
+
+
+def test_the_default_lease_is_named_from_the_namespaces_served():
+    leader = LeaderSettings.from_env({})
+    assert leader.lease_for([]) == OPERATOR_LEASE  # every namespace
+    assert leader.lease_for(["team-b", "team-a", "team-a"]) == "shipyard-operator.team-a.team-b"
+    assert leader.lease_for(["team-a"]) != leader.lease_for(["team-b"])
+    many = [f"namespace-{i:03d}" for i in range(30)]
+    name = leader.lease_for(many)
+    assert len(name) <= 253 and name.startswith("shipyard-operator-")
+    assert name == leader.lease_for(reversed(many))
+
+
+def test_an_explicit_lease_name_wins_whatever_is_served():
+    leader = LeaderSettings.from_env({"SHIPYARD_LEADER_LEASE_NAME": "shipyard-operator"})
+    assert leader.named and leader.lease_for(["team-a"]) == "shipyard-operator"

@@ -1,5 +1,5 @@
 """The pure trial state machine, driven through whole single-step trials with synthetic runner
-results and pod objects (Harbor §b.3 phase order, §b.6 failure semantics)."""
+results and pod objects (docs/harbor.md §b.3 phase order, §b.6 failure semantics)."""
 
 from __future__ import annotations
 

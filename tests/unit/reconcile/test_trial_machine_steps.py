@@ -1,5 +1,5 @@
 """The pure trial state machine, driven through whole multi-step trials with synthetic runner
-results (Harbor §b.4 multi-step flow, §b.4 stop conditions and reward strategies, §b.6 step
+results (docs/harbor.md §b.4 multi-step flow, §b.4 stop conditions and reward strategies, §b.6 step
 failure semantics). The slow end-to-end counterpart is tests/e2e/test_multi_step.py."""
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ THREE_RESULTS = {
 
 @pytest.mark.parametrize("strategy", [None, "mean"], ids=["default", "explicit-mean"])
 def test_mean_is_per_key_with_missing_keys_counting_as_zero(strategy: str | None) -> None:
-    """Harbor's verified example (§b.4): {reward:1}, {reward:0.5}, {reward:1, style:0.2}
-    → {reward: 0.8333, style: 0.0667}; mean is the default strategy."""
+    """Harbor's verified example (docs/harbor.md §b.4): {reward:1}, {reward:0.5}, {reward:1,
+    style:0.2} → {reward: 0.8333, style: 0.0667}; mean is the default strategy."""
     plan = steps_plan(THREE, strategy=strategy)
     assert plan.reward_strategy == "mean"
     run = drive_steps(plan, THREE_RESULTS)
@@ -221,8 +221,8 @@ def test_final_strategy_passes_an_empty_last_result_through() -> None:
 
 
 def test_each_step_runs_setup_healthcheck_agent_verifier_in_order() -> None:
-    """One environment pod for all steps, prepared once (§b.4); then per step: setup (its
-    workdir and setup.sh), its own healthcheck, the agent, its verifier."""
+    """One environment pod for all steps, prepared once (docs/harbor.md §b.4); then per step: setup
+    (its workdir and setup.sh), its own healthcheck, the agent, its verifier."""
     plan = steps_plan(
         {"a": "", "b": '[steps.healthcheck]\ncommand = "test -f /ready"\n'},
         root='[environment.healthcheck]\ncommand = "true"\n',
@@ -259,7 +259,8 @@ def test_each_step_runs_setup_healthcheck_agent_verifier_in_order() -> None:
     # The step's setup phase runs the uploaded setup.sh only where there is one.
     assert "setup.sh" in scripts(plan.phase("s2-setup")).command
     assert "setup.sh" not in scripts(plan.phase("s1-setup")).command
-    # Only after a shared verifier ran are /logs/verifier and /tests reset (§b.4 2.2).
+    # Only after a shared verifier ran are /logs/verifier and /tests reset (docs/harbor.md §b.4
+    # 2.2).
     assert "rm -rf /logs/verifier /tests" in scripts(plan.phase("s2-setup")).prepare
     assert "/tests" not in scripts(plan.phase("s1-setup")).prepare
 
@@ -302,8 +303,8 @@ def test_logs_are_kept_per_step() -> None:
 
 
 def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last() -> None:
-    """A fresh verifier environment per step (§b.4 7); the agent environment is stopped only
-    before the last step's separate verification (§b.4 6)."""
+    """A fresh verifier environment per step (docs/harbor.md §b.4); the agent environment is
+    stopped only before the last step's separate verification (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": ""}, root=SEPARATE)
     assert [s.verifier_mode for s in plan.steps] == ["separate", "separate"]
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
@@ -371,7 +372,8 @@ def test_min_reward_scalar_stops_the_remaining_steps() -> None:
 )
 def test_min_reward_missing_key_counts_as_minus_infinity(min_reward: str, rewards: str,
                                                          why: str) -> None:
-    """A float checks `reward`, a table checks every key; a missing key is -inf (§b.4 9)."""
+    """A float checks `reward`, a table checks every key; a missing key is -inf (docs/harbor.md
+    §b.4)."""
     plan = steps_plan({"first": f"min_reward = {min_reward}\n", "second": ""})
     run = drive_steps(plan, {"s1-verifier": rewarded(rewards)})
     status = run.status
@@ -456,7 +458,7 @@ def test_setup_failure_stops_the_trial_with_its_stderr() -> None:
 def test_setup_failure_in_a_later_step_keeps_the_earlier_rewards_for_mean_only(
         strategy: str, phase: str, rewards: dict[str, float] | None) -> None:
     """mean averages the steps with a result; final takes the last executed step, the failed
-    one, which has none (§b.4)."""
+    one, which has none (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": "", "c": ""}, strategy=strategy,
                       extra={"steps/b/workdir/setup.sh": "exit 1\n"})
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("0.75"),
@@ -486,7 +488,7 @@ def test_step_healthcheck_failure_aborts_the_remaining_steps() -> None:
 
 
 def test_step_verifier_failure_aborts_and_mean_keeps_the_steps_with_a_result() -> None:
-    """A verifier exception leaves the step without a result: it aborts (§b.4 9)."""
+    """A verifier exception leaves the step without a result: it aborts (docs/harbor.md §b.4)."""
     plan = steps_plan({"a": "", "b": "", "c": ""})
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
                              "s2-verifier": done(files={TEST_STDOUT: b"crashed\n"})})
@@ -509,7 +511,7 @@ def test_verifier_failure_in_the_only_scored_step_fails_the_trial() -> None:
     assert status.phase == "Failed"
     assert cond(status, "Failed").reason == "StepFailed"
     assert status.error.type == "VerifierTimeoutError"
-    # The step verifier's timeout (600 s default, not [verifier].timeout_sec: §a.5).
+    # The step verifier's timeout (600 s default, not [verifier].timeout_sec: docs/harbor.md §a.5).
     assert status.error.message == "step a: Verifier execution timed out after 600 seconds"
 
 
@@ -526,7 +528,7 @@ def test_verifier_failure_in_the_only_scored_step_fails_the_trial() -> None:
 def test_agent_error_in_a_step_is_recorded_on_the_step_and_the_step_is_still_verified(
         agent: str, result: PhaseStatus, error_type: str) -> None:
     """Multi-step: every agent exception is recorded on the step, the step verifier still
-    runs and its reward counts; it never stops the loop by itself (§b.4 3, §b.6)."""
+    runs and its reward counts; it never stops the loop by itself (docs/harbor.md §b.4, §b.6)."""
     plan = steps_plan({"a": "", "b": ""}, agent=agent)
     run = drive_steps(plan, {"s1-agent": result, "s1-verifier": rewarded_txt("0.5"),
                              "s2-verifier": rewarded_txt("1")})

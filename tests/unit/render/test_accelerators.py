@@ -1,4 +1,4 @@
-"""GPUs and TPUs (Harbor §c.4 tables, §g.4 improvements) and trial-level pod overrides.
+"""GPUs and TPUs (docs/harbor.md §c.4 tables, §g.4 improvements) and trial-level pod overrides.
 
 Golden files under `golden/` hold rendered scheduling fragments; regenerate with
 

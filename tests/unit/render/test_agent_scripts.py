@@ -1,5 +1,5 @@
 """Installed agents' run scripts (`shipyard.render.agent_scripts`) with their environments
-(`shipyard.plan.agents`), as Harbor's command lines (harbor-reference §d.2), with the
+(`shipyard.plan.agents`), as Harbor's command lines (docs/harbor.md §d.2), with the
 instruction from a file and no key anywhere."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Loading tasks from directories and file maps (spec a.1)."""
+"""Loading tasks from directories and file maps (docs/harbor.md §a.1)."""
 
 from __future__ import annotations
 

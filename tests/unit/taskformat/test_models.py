@@ -1,4 +1,4 @@
-"""task.toml fields, defaults, legacy conversions and validators (spec a.2, a.3)."""
+"""task.toml fields, defaults, legacy conversions and validators (docs/harbor.md §a.2, a.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The network plan per phase, with run-level extra hosts (spec a.5)."""
+"""The network plan per phase, with run-level extra hosts (docs/harbor.md §a.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The allowlist entry grammar, classification and run-level merge (spec a.4, a.5)."""
+"""The allowlist entry grammar, classification and run-level merge (docs/harbor.md §a.4, a.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Verifier mode and environment, timeouts and the per-step inheritance table (spec a.5)."""
+"""Verifier mode and environment, timeouts and the per-step inheritance table (docs/harbor.md
+§a.5)."""
 
 from __future__ import annotations
 

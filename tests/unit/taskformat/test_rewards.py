@@ -1,4 +1,4 @@
-"""Reward files (spec a.7)."""
+"""Reward files (docs/harbor.md §a.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Legacy size strings: ``<float>G|M|K`` (spec a.2)."""
+"""Legacy size strings: ``<float>G|M|K`` (docs/harbor.md §a.2)."""
 
 from __future__ import annotations
 
