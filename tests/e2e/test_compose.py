@@ -150,9 +150,7 @@ TAMPERING_AGENT = (
 
 def test_sidecar_artifact_reaches_the_separate_verifier_untouched_by_the_agent(shipyard):
     files = _example_files(**{"task.toml": (
-        '[environment]\n',
-        '[verifier.environment]\ndocker_image = "localhost/shipyard/debian:bookworm"\n\n'
-        '[environment]\n')})
+        '[verifier]\n', '[verifier]\nenvironment_mode = "separate"\n')})
     files["task.toml"] = files["task.toml"].replace(
         'schema_version = "1.4"\n',
         'schema_version = "1.4"\nartifacts = [{ source = "/data", service = "notes" }]\n')
