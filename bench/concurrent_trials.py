@@ -412,7 +412,8 @@ def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, P
                SHIPYARD_LEADER_LEASE_NAMESPACE=namespace)
     with open(log, "wb") as out:
         operator = subprocess.Popen(
-            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "-n", namespace],
+            [sys.executable, "-m", "shipyard", "operator", "--liveness", "", "--metrics-port",
+             "0", "-n", namespace],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return operator, log
 
@@ -463,7 +464,8 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
     env["SHIPYARD_LEADER_LEASE_NAME"] = f"shipyard-bench-{namespace}"
     env["SHIPYARD_PROBE_IMAGE"] = "none" if no_probe else LOCAL_PROBE_IMAGE
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
-           "operator", "--liveness", "", "-n", namespace, *(["-v"] if args.verbose else [])]
+           "operator", "--liveness", "", "--metrics-port", str(args.metrics_port), "-n",
+           namespace, *(["-v"] if args.verbose else [])]
     if args.profile:
         cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "operator.prof"), *cmd[1:]]
     with open(log, "wb") as out:
@@ -758,6 +760,9 @@ def main() -> int:
     parser.add_argument("--agent-sleep", type=float, default=0,
                         help="the oracle sleeps this long; rewards carry the phase-end delay")
     parser.add_argument("--verbose", action="store_true", help="the operator's debug log")
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="the shipyard arm's operator /metrics port: 0 (default) a free "
+                        "port, as deployed (metrics on); -1 off, to measure what they cost")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 

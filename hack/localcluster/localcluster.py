@@ -30,6 +30,7 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+import kueue
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
@@ -327,6 +328,7 @@ def up() -> int:
     began = time.monotonic()
     t = Timings()
     if update_in_place(layout) and healthy_within(layout, 15):
+        ensure_kueue(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
     print(f"starting the local cluster (Kubernetes {KUBERNETES_VERSION})", flush=True)
@@ -386,6 +388,8 @@ def up() -> int:
         )
     with t.stage("base image stand-ins"):
         ensure_seeds(layout)
+    with t.stage("kueue, node accelerators"):
+        ensure_kueue(layout)
     print(
         f"cluster ready in {time.monotonic() - began:.1f}s; export KUBECONFIG={layout.kubeconfig}"
     )
@@ -430,6 +434,11 @@ def update_in_place(layout: Layout) -> bool:
     wait_until(layout, "kubelet", pids, lambda: node_ready(layout), 90)
     ensure_seeds(layout)
     return True
+
+
+def ensure_kueue(layout: Layout) -> None:
+    """Kueue and the node's accelerators (kueue.py), added to a running cluster as needed."""
+    kueue.ensure(layout, start, read_pids(layout), alive)
 
 
 def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:
@@ -535,6 +544,8 @@ def _rmdir(path: Path) -> None:
 
 def down_quietly(layout: Layout) -> None:
     pids = read_pids(layout)
+    if "kueue" in pids:
+        stop_pid(pids.pop("kueue"), 5)
     if "kubelet" in pids:
         stop_pid(pids.pop("kubelet"), 5)
     remove_containers(layout)

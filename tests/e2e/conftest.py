@@ -41,7 +41,8 @@ class OperatorProcess:
     def __init__(self, kubeconfig: str, log_path: Path,
                  extra_env: dict[str, str] | None = None,
                  namespaces: tuple[str, ...] = (f"{TEST_NAMESPACE_PREFIX}-*",),
-                 liveness: str = "") -> None:
+                 liveness: str = "", metrics_port: int = 0) -> None:
+        self.metrics_port = metrics_port  # 0: a free port (several operators on one machine)
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.extra_env = {**lease_env(), **(extra_env or {})}
@@ -59,7 +60,8 @@ class OperatorProcess:
         self.proc = subprocess.Popen(
             # Only the test namespaces (t-*): an operator installed by a test elsewhere is not
             # raced, and other namespaces of a shared cluster are left alone.
-            [sys.executable, "-m", "shipyard", "operator", "--liveness", self.liveness, *served],
+            [sys.executable, "-m", "shipyard", "operator", "--liveness", self.liveness,
+             "--metrics-port", str(self.metrics_port), *served],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )

@@ -1,10 +1,12 @@
 """GPU and TPU trials on the local cluster (issue 6).
 
-The local node has no accelerator: a GPU or TPU trial fails promptly with `Unschedulable` and
-the scheduler's message. Then the test makes the node look like a GKE accelerator node (the
-node labels GKE sets, and the extended resource advertised in the node's status, which the
-kubelet keeps because no device plugin manages it) and the same trial schedules and completes.
-Labels and capacity are removed afterwards.
+The local node has none of the accelerators these trials ask for (`localcluster up` advertises
+T4 GPUs and a v6e TPU host for the Kueue tests): a GPU or TPU trial fails promptly with
+`Unschedulable` and the scheduler's message. Then the test makes the node look like a GKE
+accelerator node (the node labels GKE sets, and the extended resource advertised in the node's
+status, which the kubelet keeps because no device plugin manages it) and the same trial
+schedules and completes.
+Labels and capacity are put back as they were afterwards.
 """
 
 from __future__ import annotations
@@ -28,34 +30,45 @@ SOLVE = "echo ok > /app/resources.txt\n"
 
 
 class FakeAccelerators:
-    """Node labels and status capacity that make the local node look like an accelerator node."""
+    """Node labels and status capacity that make the local node look like an accelerator node;
+    `remove` puts back what the node had before (`localcluster up` advertises accelerators of
+    other types for the Kueue tests)."""
 
     def __init__(self, cluster) -> None:
         self.cluster = cluster
-        self.labels: list[str] = []
-        self.resources: list[str] = []
+        self.labels: dict[str, str | None] = {}  # label → its value before (None: absent)
+        self.resources: dict[str, dict[str, str | None]] = {}  # escaped → field → before
+
+    def node(self) -> dict:
+        return json.loads(self.cluster.kubectl_run("get", "node", NODE, "-o", "json").stdout)
 
     def add(self, labels: dict[str, str], resource: str, count: int) -> None:
+        node = self.node()
+        for key in labels:
+            self.labels.setdefault(key, node["metadata"].get("labels", {}).get(key))
         self.cluster.kubectl_run(
             "label", "node", NODE, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
-        self.labels += list(labels)
         escaped = resource.replace("/", "~1")
+        self.resources.setdefault(escaped, {f: node["status"].get(f, {}).get(resource)
+                                            for f in ("capacity", "allocatable")})
         patch = [{"op": "add", "path": f"/status/{field}/{escaped}", "value": str(count)}
                  for field in ("capacity", "allocatable")]
         self.cluster.kubectl_run("patch", "node", NODE, "--subresource=status", "--type=json",
                                  "-p", json.dumps(patch))
-        self.resources.append(escaped)
 
     def remove(self) -> None:
         if self.labels:
-            self.cluster.kubectl_run("label", "node", NODE, *[f"{k}-" for k in self.labels],
-                                     check=False)
-        for escaped in self.resources:
-            for field in ("capacity", "allocatable"):
-                patch = [{"op": "remove", "path": f"/status/{field}/{escaped}"}]
+            self.cluster.kubectl_run(
+                "label", "node", NODE, "--overwrite",
+                *[f"{k}-" if v is None else f"{k}={v}" for k, v in self.labels.items()],
+                check=False)
+        for escaped, before in self.resources.items():
+            for field, value in before.items():
+                op = ({"op": "remove", "path": f"/status/{field}/{escaped}"} if value is None
+                      else {"op": "add", "path": f"/status/{field}/{escaped}", "value": value})
                 self.cluster.kubectl_run("patch", "node", NODE, "--subresource=status",
-                                         "--type=json", "-p", json.dumps(patch), check=False)
-        self.labels, self.resources = [], []
+                                         "--type=json", "-p", json.dumps([op]), check=False)
+        self.labels, self.resources = {}, {}
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ operator SIGKILLed during a 200-trial sweep (opt-in) and Harbor 0.25's own model
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -23,6 +21,7 @@ from shipyard.plan.sweep import expand, trial_name
 from shipyard.taskformat import pass_at_k
 from tests.e2e.conftest import GROUP, VERSION
 from tests.e2e.test_cli import ok, shipyard_cli
+from tests.harbor_venv import harbor_python
 
 BUSYBOX = "localhost/shipyard/busybox:latest"
 FINISHED = FINISHED_PHASES
@@ -258,8 +257,9 @@ def test_sweep_of_100_trials_through_the_cli(shipyard, cluster, custom_objects, 
     assert "0 created, 0 updated, 10 unchanged" in again.stderr
     custom_objects.delete_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "s-again")
 
-    results = tmp_path / "job"
-    ok(shipyard_cli(cluster, "sweep", "results", "s100", "-o", str(results), "-n", ns))
+    ok(shipyard_cli(cluster, "sweep", "results", "s100", "-o", str(tmp_path / "jobs"), "-n", ns))
+    results = tmp_path / "jobs" / "s100"  # Harbor's jobs directory: `harbor view DIR`
+    assert json.loads((results / "config.json").read_text())["n_attempts"] == 5
     job = json.loads((results / "result.json").read_text())
     assert job["n_total_trials"] == 100
     assert job["stats"]["n_completed_trials"] == 100
@@ -400,44 +400,6 @@ def test_operator_killed_three_times_during_a_200_trial_sweep(shipyard, operator
           f"retries {watch.retries})")
 
 
-def _python312() -> str | None:
-    candidates = [os.environ.get("SHIPYARD_PYTHON312"), shutil.which("python3.12"),
-                  *sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.12*/bin/python3"))]
-    for candidate in candidates:
-        if candidate and subprocess.run([candidate, "-c", "import sys; assert sys.version_info"
-                                         "[:2] == (3, 12)"], capture_output=True).returncode == 0:
-            return candidate
-    return None
-
-
-HARBOR_VENV = Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache/shipyard")) \
-    / "harbor-0.25.0-venv"
-
-
-def harbor_python() -> str:
-    """A python3.12 virtualenv with harbor 0.25.0 (cached): harbor without its dependencies,
-    then its requirements with certifi unpinned (the pinned one is newer than PyPI here)."""
-    python = HARBOR_VENV / "bin/python"
-    if python.exists() and subprocess.run([str(python), "-c", "import harbor.models.job.result"],
-                                          capture_output=True).returncode == 0:
-        return str(python)
-    base = _python312()
-    if base is None:
-        pytest.skip("python3.12 is not installed (harbor 0.25.0 needs it); set "
-                    "SHIPYARD_PYTHON312=/path/to/python3.12")
-    shutil.rmtree(HARBOR_VENV, ignore_errors=True)
-    subprocess.run([base, "-m", "venv", str(HARBOR_VENV)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, "--no-deps", "harbor==0.25.0"], check=True, timeout=600)
-    requires = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print('\\n'.join(r for r in "
-         "m.requires('harbor') if 'extra ==' not in r))"],
-        check=True, capture_output=True, text=True).stdout.split()
-    requires = ["certifi" if r.startswith("certifi") else r for r in requires]
-    subprocess.run([*pip, *requires], check=True, timeout=1200)
-    return str(python)
-
-
 HARBOR_CHECK = """
 import json, sys
 from pathlib import Path
@@ -466,7 +428,7 @@ def test_sweep_results_load_with_harbors_own_models(shipyard, cluster, custom_ob
                  attempts=2, parallelism=8)
     sweep = wait_sweep(custom_objects, ns, "hb", complete, timeout=300)
     ok(shipyard_cli(cluster, "sweep", "results", "hb", "-o", str(tmp_path / "job"), "-n", ns))
-    loaded = subprocess.run([python, "-c", HARBOR_CHECK, str(tmp_path / "job")],
+    loaded = subprocess.run([python, "-c", HARBOR_CHECK, str(tmp_path / "job" / "hb")],
                             capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     seen = json.loads(loaded.stdout)

@@ -87,6 +87,11 @@ app.kubernetes.io/part-of: shipyard
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create, update, patch, delete]
+{{- if .Values.kueue.enabled }}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
 {{- if has .Values.networkPolicy.fqdnBackend (list "auto" "gke") }}
 - apiGroups: [networking.gke.io]
   resources: [fqdnnetworkpolicies]

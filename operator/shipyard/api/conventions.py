@@ -36,6 +36,15 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 MANAGED_BY = {LABEL_MANAGED_BY: "shipyard", LABEL_NAME: "shipyard"}
 
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+LABEL_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"
+"""Kueue's own opt-in: a Trial or Sweep labelled with a LocalQueue is admitted by Kueue."""
+LABEL_PRIORITY_CLASS = f"{KUEUE_GROUP}/priority-class"
+"""Kueue's WorkloadPriorityClass of a Trial or Sweep (optional, with the queue name)."""
+KUEUE_LABELS = (LABEL_QUEUE_NAME, LABEL_PRIORITY_CLASS)
+"""The labels a Sweep passes on to its Trials."""
+
 ANNOTATION_AGENT_KEY = f"{DOMAIN}/agent-key"
 """A sweep Trial's agent key, unshortened (the label may be)."""
 ANNOTATION_DATASET = f"{DOMAIN}/dataset"
@@ -206,6 +215,12 @@ def pod_name(trial_name: str, role: str, step_index: int | None, attempt: int) -
     if attempt > 1:
         suffix += f"-a{attempt}"
     return dns_name(trial_name, suffix)
+
+
+def workload_name(trial_name: str, uid: str, attempt: int) -> str:
+    """The Kueue Workload of one attempt of a trial: fixed by the Trial's uid and the attempt,
+    so an operator restarted while it waits finds it again rather than queueing twice."""
+    return dns_name(trial_name, f"{_digest(uid, 5)}-a{attempt}")
 
 
 def logs_configmap_name(trial_name: str) -> str:

@@ -172,6 +172,8 @@ def trial_crd() -> dict[str, Any]:
             {"name": "Model", "type": "string", "priority": 1, "jsonPath": ".spec.agent.model"},
             {"name": "Cost", "type": "number", "priority": 1,
              "jsonPath": ".status.agentResult.costUsd"},
+            {"name": "Queue", "type": "string", "priority": 1,  # Kueue's LocalQueue
+             "jsonPath": ".status.queue.name"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
         [],

@@ -6,9 +6,9 @@ keep Harbor's own names.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from shipyard.agents import BUILT_IN_AGENTS, INSTALLED_AGENTS
@@ -293,7 +293,7 @@ class TrialSpec(Model):
     )
 
 
-TrialPhaseName = Literal["Pending", "Running", "Completed", "Failed"]
+TrialPhaseName = Literal["Pending", "Queued", "Running", "Completed", "Failed"]
 StepState = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
 
 
@@ -328,12 +328,16 @@ class AgentResult(Model):
     turns: int | None = None
 
 
+RewardValue = Annotated[int | float, WithJsonSchema({"type": "number"})]
+"""A reward as Harbor types it (`float | int`): an integer stays one (`1`, not `1.0`)."""
+
+
 class StepRecord(Model):
     """One step of a multi-step trial: its outcome and rewards (its phases are in `phases`)."""
 
     name: str
     state: StepState = "Pending"
-    rewards: dict[str, float] | None = None
+    rewards: dict[str, RewardValue] | None = None
     error: TrialError | None = None
     message: str | None = None
 
@@ -349,6 +353,19 @@ class AttemptRecord(Model):
     finished_at: str | None = None
 
 
+class QueueRecord(Model):
+    """Kueue's admission of the current attempt (a Trial labelled with a LocalQueue)."""
+
+    name: str = Field(description="The LocalQueue (`kueue.x-k8s.io/queue-name`).")
+    workload: str | None = Field(default=None, description="The attempt's Workload.")
+    cluster_queue: str | None = None
+    flavors: dict[str, str] = Field(default={}, description="Resource → admitted flavor.")
+    queued_at: str | None = None
+    admitted_at: str | None = None
+    preemptions: int = Field(default=0, description="Attempts ended by Kueue's eviction; "
+                             "they do not count against `retries`.")
+
+
 class TrialStatus(Model):
     observed_generation: int | None = None
     phase: TrialPhaseName = "Pending"
@@ -362,8 +379,8 @@ class TrialStatus(Model):
     pod_process_base: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    reward: float | None = None
-    rewards: dict[str, float] | None = None
+    reward: RewardValue | None = None
+    rewards: dict[str, RewardValue] | None = None
     phases: list[PhaseRecord] = []
     steps: list[StepRecord] = []
     error: TrialError | None = None
@@ -373,3 +390,4 @@ class TrialStatus(Model):
     attempt: int = 1
     attempts: list[AttemptRecord] = []
     retry_at: str | None = None
+    queue: QueueRecord | None = None

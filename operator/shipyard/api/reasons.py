@@ -43,6 +43,7 @@ class Reason(StrEnum):
     WAITING_FOR_TASK = "WaitingForTask"
     WAITING_FOR_IMAGE = "WaitingForImage"
     RETRYING = "Retrying"
+    QUEUED = "Queued"  # waits for Kueue's admission (the Queued condition has Kueue's word)
     HEALTHCHECK_RUNNING = "HealthcheckRunning"
     SETUP_RUNNING = "SetupRunning"
     AGENT_RUNNING = "AgentRunning"
@@ -66,6 +67,11 @@ class Reason(StrEnum):
     RESUMED = "Resumed"
     READY = "Ready"
     WAITING_FOR_TASKS = "WaitingForTasks"
+    # ---- a Trial's Queued condition (Kueue admission, reconcile/admission.py)
+    ADMITTED = "Admitted"
+    INSUFFICIENT_QUOTA = "InsufficientQuota"
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    PREEMPTED = "Preempted"  # also an attempt's reason: evicted by Kueue, queued again
     # ---- Events only
     STARTED = "Started"
     POD_CREATED = "PodCreated"
@@ -81,6 +87,7 @@ class Reason(StrEnum):
     AGENT_TIMEOUT = "AgentTimeout"
     AGENT_FINISHED = "AgentFinished"
     STEP_REWARDED = "StepRewarded"
+    ARTIFACTS_SKIPPED = "ArtifactsSkipped"  # a separate verifier gets fewer artifacts: why
     MIN_REWARD_NOT_MET = "MinRewardNotMet"
     COMPLETED = "Completed"  # the finished trial's phase
     FAILED = "Failed"
@@ -116,7 +123,8 @@ SWEEP_REASONS = frozenset({
 """The reasons of a Sweep's conditions (documented in docs/sweeps.md)."""
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})
 """Infrastructure failures that a Trial's `retries` retry with a new pod."""
-WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING})
+WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING,
+                     Reason.QUEUED})
 """Running=False/True reasons of a trial that waits rather than runs a phase."""
 
 

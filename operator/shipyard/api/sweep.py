@@ -92,6 +92,8 @@ class SweepCounts(Model):
     planned: int = 0
     created: int = 0
     pending: int = 0
+    queued: int = 0
+    """Trials waiting for Kueue's admission (also counted in `pending`)."""
     running: int = 0
     completed: int = 0
     """Plan slots whose current Trial finished (with or without a reward)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+import zlib
 from collections.abc import Mapping
 
 BUNDLE_KEY = "task.tar.gz"
@@ -35,12 +36,39 @@ def build_bundle(files: Mapping[str, bytes]) -> bytes:
     return gzip.compress(buf.getvalue(), compresslevel=9, mtime=0)
 
 
-def files_from_bundle(bundle: bytes) -> dict[str, bytes]:
-    """The regular files of a bundle; anything else (links, devices) is refused."""
+MAX_TASK_BYTES = 128 * 1024 * 1024
+"""The most a task bundle may hold once decompressed (its files, names and tar headers): a
+gzip bomb of a few hundred KB would otherwise take the operator's memory (issue 22)."""
+MAX_TASK_FILES = 20_000
+
+
+def decompressed_size(bundle: bytes, limit: int) -> int:
+    """The bundle's size once decompressed, counted in 1 MiB pieces without keeping them
+    (constant memory), stopping past `limit`."""
+    total, inflate = 0, zlib.decompressobj(wbits=47)  # gzip or zlib header
+    data = bundle
+    while data and total <= limit:
+        total += len(inflate.decompress(data, 1 << 20))
+        data = inflate.unconsumed_tail
+        if not data and inflate.eof and inflate.unused_data:  # a gzip of several members
+            data, inflate = inflate.unused_data, zlib.decompressobj(wbits=47)
+    return total
+
+
+def files_from_bundle(bundle: bytes, limit: int = MAX_TASK_BYTES) -> dict[str, bytes]:
+    """The regular files of a bundle; anything else (links, devices) is refused, and so is a
+    bundle over `limit` bytes decompressed (measured before it is read: a gzip bomb costs
+    time, never memory) or over MAX_TASK_FILES entries."""
     files: dict[str, bytes] = {}
     try:
+        if decompressed_size(bundle, limit) > limit:
+            raise TaskSourceError(f"the task bundle holds more than {limit} bytes once "
+                                  f"decompressed (limit {limit // (1024 * 1024)} MiB)")
         with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
-            for member in tar.getmembers():
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_TASK_FILES:
+                    raise TaskSourceError(f"the task bundle holds more than {MAX_TASK_FILES} "
+                                          "entries")
                 if member.isdir():
                     continue
                 if not member.isfile():
@@ -48,7 +76,7 @@ def files_from_bundle(bundle: bytes) -> dict[str, bytes]:
                 extracted = tar.extractfile(member)
                 assert extracted is not None
                 files[member.name] = extracted.read()
-    except (tarfile.TarError, OSError, EOFError) as e:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise TaskSourceError(f"the task bundle is not a readable tar.gz: {e}") from e
     return files
 

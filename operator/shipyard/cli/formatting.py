@@ -21,6 +21,7 @@ from shipyard.api.reasons import WAITING
 
 STATE_STYLE = {
     "Pending": "dim",
+    "Queued": "magenta",
     "Running": "yellow",
     "Succeeded": "green",
     "Failed": "red",

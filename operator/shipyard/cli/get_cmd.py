@@ -275,13 +275,16 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
 
 
 def write_job_dir(directory: Path, job: dict[str, Any],
-                  logs: dict[str, dict[str, str]] | None = None) -> None:
+                  logs: dict[str, dict[str, str]] | None = None,
+                  config: dict[str, Any] | None = None) -> None:
     """Harbor's layout: the job's result.json (without trial_results, as Harbor writes it)
     and a directory per trial (`harbor_results.trial_files`: its result.json, rewards and,
     from `logs`, each trial's logs ConfigMap, its agent and verifier logs)."""
     directory.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in job.items() if k != "trial_results"}
     (directory / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if config is not None:
+        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for result in job["trial_results"]:
         files = trial_files(result, (logs or {}).get(result["trial_name"]))
         for relative, text in files.items():

@@ -9,22 +9,40 @@ Shipyard does not know is null (token counts, costs, tracebacks, model info), ne
 from __future__ import annotations
 
 import json
+import math
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import ANNOTATION_DATASET, LABEL_SWEEP, is_finished_phase, iso
+from shipyard.api.compat import known_fields
+from shipyard.api.conventions import (
+    ANNOTATION_DATASET,
+    LABEL_SWEEP,
+    is_finished_phase,
+    iso,
+    owner_references,
+)
 from shipyard.api.reasons import HarborError
+from shipyard.api.sweep import SweepSpec
+from shipyard.cli.formatting import parse_time
+from shipyard.plan.sweep import dataset_name, expand, trial_body
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
     exception_info,
     exception_record,
     exception_type,
 )
-from shipyard.taskformat import aggregate_mean
-from shipyard.taskformat import pass_at_k as harbor_pass_at_k
+from shipyard.reconcile.sweep_results import Outcome, Tokens, eval_results, token_totals
+from shipyard.reconcile.sweep_status import (
+    Ledger,
+    SlotView,
+    TaskState,
+    is_settled,
+    observe,
+    resolve_tasks,
+    slot_views,
+)
 
 DATASET = "adhoc"  # Harbor's name for trials that belong to no dataset
 
@@ -141,16 +159,6 @@ def agent_context(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _usage_totals(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Summed tokens and cost (None when no trial reported any)."""
-    totals: dict[str, Any] = {}
-    for key in ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd"):
-        values = [(r.get("agent_result") or {}).get(key) for r in results]
-        values = [v for v in values if v is not None]
-        totals[key] = sum(values) if values else None
-    return totals
-
-
 def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
                  ) -> dict[str, Any]:
     """One Harbor TrialResult (`result.json`)."""
@@ -170,7 +178,8 @@ def trial_result(trial: Mapping[str, Any], task: Mapping[str, Any] | None = None
         "task_id": {"path": f"{meta.get('namespace', '')}/{task_name}"},
         "source": (meta.get("annotations") or {}).get(ANNOTATION_DATASET)
         or (meta.get("labels") or {}).get(LABEL_SWEEP),
-        "task_checksum": digest.removeprefix("sha256:") if digest else None,
+        # required by Harbor's TrialResult: empty when no Task content was ever seen
+        "task_checksum": digest.removeprefix("sha256:") if digest else "",
         "config": trial_config(trial),
         "agent_info": agent_info(spec.get("agent") or {}, status),
         "agent_result": agent_context(status.get("agentResult")),
@@ -198,66 +207,68 @@ def eval_key(result: Mapping[str, Any]) -> str:
     return f"{agent['name']}__{model}__{dataset}" if model else f"{agent['name']}__{dataset}"
 
 
-def pass_at_k(results: list[Mapping[str, Any]]) -> dict[str, float]:
-    """Harbor's pass@k over TrialResults of one eval key (JSON keys are strings)."""
-    by_task: dict[str, list[Mapping[str, float] | None]] = defaultdict(list)
-    for result in results:
-        by_task[result["task_name"]].append((result.get("verifier_result") or {}).get("rewards"))
-    return {str(k): v for k, v in harbor_pass_at_k(by_task).items()}
+def trial_tokens(result: Mapping[str, Any]) -> Tokens:
+    """Harbor's `TrialResult.compute_token_cost_totals` for our results (one AgentContext)."""
+    context = result.get("agent_result") or {}
+    return (context.get("n_input_tokens"), context.get("n_cache_tokens"),
+            context.get("n_output_tokens"), context.get("cost_usd"))
 
 
-def job_stats(results: list[Mapping[str, Any]], trials: list[Mapping[str, Any]]
-              ) -> dict[str, Any]:
-    phases = [(t.get("status") or {}).get("phase", "Pending") for t in trials]
-    errored = [r for r in results if r["exception_info"] is not None]
-    evals: dict[str, Any] = {}
-    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for result in results:
-        if (result.get("finished_at")):
-            groups[eval_key(result)].append(result)
-    for key, group in sorted(groups.items()):
-        rewards = [(r.get("verifier_result") or {}).get("rewards") for r in group]
-        reward_stats: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-        exception_stats: dict[str, list[str]] = defaultdict(list)
-        for result, reward in zip(group, rewards, strict=True):
-            for reward_key, value in (reward or {}).items():
-                reward_stats[reward_key][f"{value:g}"].append(result["trial_name"])
-            if result["exception_info"]:
-                exception_stats[result["exception_info"]["exception_type"]].append(
-                    result["trial_name"]
-                )
-        evals[key] = {
-            "n_trials": sum(1 for r in rewards if r is not None),
-            "n_errors": sum(1 for r in group if r["exception_info"] is not None),
-            "metrics": [aggregate_mean(rewards)],
-            "pass_at_k": pass_at_k(group),
-            "reward_stats": {k: dict(v) for k, v in reward_stats.items()},
-            "exception_stats": dict(exception_stats),
-            **_usage_totals(group),
-        }
+def outcome(result: Mapping[str, Any]) -> Outcome:
+    """A finished TrialResult as Harbor's job statistics count it."""
+    return Outcome(eval_key(result), result["task_name"], result["trial_name"],
+                   (result.get("verifier_result") or {}).get("rewards"),
+                   (result.get("exception_info") or {}).get("exception_type"),
+                   trial_tokens(result))
+
+
+def job_stats(outcomes: list[Outcome], *, running: int, pending: int, retries: int,
+              metrics: Sequence[str] = ("mean",)) -> dict[str, Any]:
+    """Harbor's JobStats over the finished trials' outcomes, in their order."""
+    totals = token_totals(outcomes)
     return {
-        "n_completed_trials": sum(1 for p in phases if is_finished_phase(p)),
-        "n_errored_trials": len(errored),
-        "n_running_trials": sum(1 for p in phases if p == "Running"),
-        "n_pending_trials": sum(1 for p in phases if p == "Pending"),
-        "n_cancelled_trials": sum(
-            1 for r in results if (r["exception_info"] or {}).get("exception_type")
-            == HarborError.CANCELLED
-        ),
-        "n_retries": sum(len((t.get("status") or {}).get("attempts") or []) for t in trials),
-        **_usage_totals(results),
-        "evals": evals,
+        "n_completed_trials": len(outcomes),
+        "n_errored_trials": sum(1 for o in outcomes if o.exception is not None),
+        "n_running_trials": running,
+        "n_pending_trials": pending,
+        "n_cancelled_trials": sum(1 for o in outcomes if o.exception == HarborError.CANCELLED),
+        "n_retries": retries,
+        "n_input_tokens": totals[0],
+        "n_cache_tokens": totals[1],
+        "n_output_tokens": totals[2],
+        "cost_usd": totals[3],
+        "evals": {key: stats.harbor() for key, stats in eval_results(outcomes, metrics).items()},
     }
 
 
 def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
                now: datetime, job_id: str | None = None) -> dict[str, Any]:
-    """Harbor's JobResult over these trials; `tasks` maps "namespace/name" → Task."""
-    results = [
-        trial_result(t, tasks.get(f"{t['metadata'].get('namespace', '')}/"
-                                  f"{(t.get('spec') or {}).get('taskRef', {}).get('name', '')}"))
-        for t in trials
-    ]
+    """Harbor's JobResult over these trials, in their order; `tasks` maps "namespace/name" →
+    Task."""
+    results = [trial_result(t, task_of(t, tasks)) for t in trials]
+    phases = [(t.get("status") or {}).get("phase", "Pending") for t in trials]
+    finished = [r for r, p in zip(results, phases, strict=True) if is_finished_phase(p)]
+    stats = job_stats([outcome(r) for r in finished],
+                      running=phases.count("Running"),
+                      pending=phases.count("Pending") + phases.count("Queued"),
+                      retries=sum(len((t.get("status") or {}).get("attempts") or [])
+                                  for t in trials))
+    job = job_document(results, stats, now, job_id)
+    # required by Harbor's JobResult: when no trial started yet, when the first was created
+    created = [t["metadata"].get("creationTimestamp") for t in trials]
+    job["started_at"] = job["started_at"] or min((c for c in created if c), default=iso(now))
+    return job
+
+
+def task_of(trial: Mapping[str, Any], tasks: Mapping[str, Mapping[str, Any]]
+            ) -> Mapping[str, Any] | None:
+    return tasks.get(f"{trial['metadata'].get('namespace', '')}/"
+                     f"{(trial.get('spec') or {}).get('taskRef', {}).get('name', '')}")
+
+
+def job_document(results: list[dict[str, Any]], stats: dict[str, Any], now: datetime,
+                 job_id: str | None = None) -> dict[str, Any]:
+    """Harbor's JobResult around trial results and their stats."""
     started = [r["started_at"] for r in results if r["started_at"]]
     finished = [r["finished_at"] for r in results if r["finished_at"]]
     all_done = bool(results) and len(finished) == len(results)
@@ -268,7 +279,7 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
         "updated_at": iso(now),
         "finished_at": max(finished) if all_done else None,
         "n_total_trials": len(results),
-        "stats": job_stats(results, list(trials)),
+        "stats": stats,
         "trial_results": results,
     }
 
@@ -299,6 +310,8 @@ def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> di
     rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
     ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt`."""
     files = {"result.json": json.dumps(result, indent=2) + "\n"}
+    if result.get("config"):  # Harbor's TrialConfig: the viewer's trial config page
+        files["config.json"] = json.dumps(result["config"], indent=2) + "\n"
     rewards = (result.get("verifier_result") or {}).get("rewards")
     if rewards is not None:
         name, text = _reward_file(rewards)
@@ -314,3 +327,120 @@ def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> di
         if path is not None:
             files[path] = text
     return files
+
+
+# ---------------------------------------------------------------- a Sweep's job
+
+
+def _owned(trial: Mapping[str, Any], uid: str | None) -> bool:
+    return any(o.get("uid") == uid for o in owner_references(trial, "Sweep"))
+
+
+def sweep_views(sweep: Mapping[str, Any], trials: list[Mapping[str, Any]],
+                tasks: list[Mapping[str, Any]], now: datetime
+                ) -> tuple[SweepSpec, list[TaskState], list[SlotView], int]:
+    """The Sweep's plan slots with their current Trials, as its status computes them (a
+    complete Sweep's missing Tasks are past their wait), and the Trials a retry superseded."""
+    meta = sweep["metadata"]
+    spec = SweepSpec.model_validate(known_fields(SweepSpec, dict(sweep.get("spec") or {})))
+    created = parse_time(meta.get("creationTimestamp")) or now
+    waited = math.inf if is_settled(meta, sweep.get("status")) else \
+        (now - created).total_seconds()
+    states = resolve_tasks(spec, tasks, waited)
+    slots = expand([t.name for t in states], spec)
+    observed = [o for t in trials if _owned(t, meta.get("uid"))
+                and (o := observe(t)) is not None]
+    ledger = Ledger.of(observed)
+    superseded = sum(len(ts) - 1 for ts in ledger.slots.values())
+    return spec, states, slot_views(meta["name"], spec, states, slots, ledger), superseded
+
+
+def unrunnable_trial(sweep: Mapping[str, Any], spec: SweepSpec, view: SlotView,
+                     message: str) -> dict[str, Any]:
+    """The Trial a slot of a missing or invalid Task would have run, failed with that error,
+    so that its TrialResult counts the error wherever the job is read (Harbor's viewer too)."""
+    assert view.outcome is not None
+    body = trial_body(sweep, spec, view.slot)
+    at = (sweep.get("status") or {}).get("startTime") or sweep["metadata"].get(
+        "creationTimestamp")
+    body["metadata"]["creationTimestamp"] = at
+    body["status"] = {"phase": "Failed", "startedAt": at, "finishedAt": at,
+                      "error": {"type": view.outcome.exception, "message": message}}
+    return body
+
+
+def sweep_job(sweep: Mapping[str, Any], trials: list[Mapping[str, Any]],
+              tasks: list[Mapping[str, Any]], now: datetime
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """A Sweep's Harbor JobResult over its plan slots in plan order: the current Trial of each
+    slot, and a failed TrialResult for each slot whose Task cannot run; the stats are the
+    status's (`sweep_results`), computed the same way from the same slots. Returns the job,
+    the Trials (real ones, for their logs) and Harbor's JobConfig of the Sweep."""
+    spec, states, views, superseded = sweep_views(sweep, trials, tasks, now)
+    by_task = {f"{t['metadata'].get('namespace', '')}/{t['metadata']['name']}": t
+               for t in tasks}
+    by_name = {t["metadata"]["name"]: t for t in trials}
+    messages = {s.name: s.message for s in states}
+    results, real = [], []
+    for view in views:
+        if view.current is not None:
+            trial = by_name[view.current.name]
+            real.append(trial)
+        elif view.outcome is not None:
+            trial = unrunnable_trial(sweep, spec, view, messages.get(view.slot.task, ""))
+        else:
+            continue
+        results.append(trial_result(trial, task_of(trial, by_task)))
+    outcomes = [v.outcome for v in views if v.outcome is not None]
+    running = sum(1 for v in views if v.current is not None and v.current.phase == "Running")
+    stats = job_stats(outcomes, running=running,
+                      pending=max(len(views) - len(outcomes) - running, 0), retries=superseded,
+                      metrics=[m.type for m in spec.metrics])
+    status = sweep.get("status") or {}
+    job = job_document(results, stats, now, job_id=sweep["metadata"].get("uid"))
+    job["n_total_trials"] = len(views)
+    job["started_at"] = job["started_at"] or status.get("startTime") or \
+        sweep["metadata"].get("creationTimestamp")
+    job["finished_at"] = status.get("completionTime")
+    return job, real, job_config(sweep, spec, [s.name for s in states], ".")
+
+
+def job_config(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[str],
+               jobs_dir: str) -> dict[str, Any]:
+    """Harbor's JobConfig (the job's `config.json`) of a Sweep: its agents with their models,
+    its dataset and tasks, the attempts and parallelism, the environment overrides. Harbor's
+    viewer lists a job's agents, models and datasets from it."""
+    name = sweep["metadata"]["name"]
+    template = spec.trial_template.model_dump(by_alias=True, exclude_none=True, mode="json")
+    agents = []
+    for agent in spec.agents:
+        entry: dict[str, Any] = {"name": agent.name}
+        if agent.model:
+            entry["model_name"] = agent.model
+        if agent.parallelism is not None:
+            entry["n_concurrent"] = agent.parallelism
+        agents.append(entry)
+    # Not one of Harbor's environment types (Harbor would default to docker): the Kubernetes
+    # operator that ran the trials, named as a custom environment is.
+    environment: dict[str, Any] = {"import_path": "shipyard.operator:Trial", "kwargs": {
+        "runner": "shipyard", "namespace": sweep["metadata"].get("namespace", ""),
+        "sweep": name}}
+    env = template.get("environment") or {}
+    for ours, theirs in (("overrideCpus", "override_cpus"),
+                         ("overrideMemoryMb", "override_memory_mb"),
+                         ("overrideStorageMb", "override_storage_mb")):
+        if env.get(ours) is not None:
+            environment[theirs] = env[ours]
+    config: dict[str, Any] = {
+        "job_name": name,
+        "jobs_dir": jobs_dir,
+        "n_attempts": spec.attempts,
+        "n_concurrent_trials": spec.parallelism,
+        "environment": environment,
+        "metrics": [{"type": m.type} for m in spec.metrics],
+        "agents": agents,
+        "datasets": [{"name": dataset_name(name, spec), "task_names": list(tasks)}],
+    }
+    if template.get("timeoutMultiplier") not in (None, 1.0):
+        config["timeout_multiplier"] = template["timeoutMultiplier"]
+    return config

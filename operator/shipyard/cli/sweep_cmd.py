@@ -266,56 +266,34 @@ def resume_cmd(name: str, namespace: str | None) -> None:
     _set_suspend(name, namespace, False)
 
 
-def current_trials(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The latest Trial of every plan slot, and how many older ones a retry superseded."""
-    from shipyard.reconcile.sweep_status import observe
-
-    latest: dict[tuple[str, str, int], tuple[int, dict[str, Any]]] = {}
-    for t in trials:
-        seen = observe(t)
-        if seen is None:
-            continue
-        if seen.slot_key not in latest or latest[seen.slot_key][0] < seen.generation:
-            latest[seen.slot_key] = (seen.generation, t)
-    kept = [t for _, t in latest.values()]
-    return kept, len(trials) - len(kept)
-
-
 @sweep.command("results")
 @click.argument("name")
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="Write Harbor's job directory layout here.")
+              default=None, help="Write Harbor's job directory into DIR/NAME (Harbor's jobs "
+              "directory layout: `harbor view DIR` opens it).")
 @click.option("--json", "as_json", is_flag=True, help="Print Harbor's JobResult JSON.")
 @NAMESPACE_OPTION
 def results_cmd(name: str, output_dir: Path | None, as_json: bool,
                 namespace: str | None) -> None:
     """A sweep's results: Harbor's JobResult (stats, metrics, pass@k per eval key) over the
-    current Trial of each plan slot; with -o, DIR/result.json and DIR/<trial>/result.json,
-    rewards and logs, as Harbor writes a job."""
-    from shipyard.api.conventions import owner_references, selector_string, sweep_selector
+    current Trial of each plan slot (a slot whose Task cannot run counts as an error); with -o,
+    DIR/NAME/config.json, result.json and a directory per trial (result.json, config.json,
+    rewards and logs), as Harbor writes a job."""
+    from shipyard.api.conventions import selector_string, sweep_selector
     from shipyard.cli.get_cmd import trial_logs, write_job_dir
-    from shipyard.cli.harbor_results import job_result
+    from shipyard.cli.harbor_results import sweep_job
     from shipyard.kube.trials import list_objects
 
     ns = namespace_or_default(namespace)
     obj = _get_sweep(ns, name)
-    uid = obj["metadata"].get("uid")
-    selector = selector_string(sweep_selector(name))
-    trials = [t for t in list_objects("trials", ns, selector)
-              if any(o.get("uid") == uid for o in owner_references(t, "Sweep"))]
-    trials.sort(key=lambda t: t["metadata"]["name"])
-    kept, superseded = current_trials(trials)
-    tasks = {f"{ns}/{t['metadata']['name']}": t for t in list_objects("tasks", ns)}
-    status = obj.get("status") or {}
-    job = job_result(kept, tasks, datetime.now(UTC), job_id=uid)
-    job["n_total_trials"] = (status.get("counts") or {}).get("planned", len(kept))
-    job["started_at"] = job["started_at"] or status.get("startTime") or \
-        obj["metadata"].get("creationTimestamp")
-    job["finished_at"] = status.get("completionTime")
-    job["stats"]["n_retries"] += superseded
+    trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
+    job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
     if output_dir is not None:
-        write_job_dir(output_dir, job, trial_logs(kept))
-        err().print(f"wrote {output_dir}/result.json and {len(kept)} trial directories")
+        job_dir = output_dir / name
+        write_job_dir(job_dir, job, trial_logs(kept), {**config, "jobs_dir": str(output_dir)})
+        err().print(f"wrote {job_dir}/ (config.json, result.json and "
+                    f"{len(job['trial_results'])} trial directories); open it with: harbor "
+                    f"view {output_dir}")
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
@@ -328,3 +306,40 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
         click.echo(f"{key}: {stats['n_trials']} trial(s) with rewards, {stats['n_errors']} "
                    f"error(s), {metric}" + (f", {passes}" if passes else "")
                    + (f", {spent}" if spent else ""))
+
+
+@sweep.command("report")
+@click.argument("name")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("report.html"), show_default=True, help="The HTML page to write.")
+@click.option("--jobs-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Where the job is exported for the page's links to each trial's logs "
+              "(as `sweep results -o`; default: a `jobs` directory beside the page).")
+@NAMESPACE_OPTION
+def report_cmd(name: str, output: Path, jobs_dir: Path | None, namespace: str | None) -> None:
+    """One self-contained HTML page of a sweep's results (it renders offline): the leaderboard
+    (the numbers of `sweep results`), a task x agent heat map of rewards, cost and token bars,
+    phase-duration distributions and failure reasons; marks and rows link to each trial's
+    logs in the exported job."""
+    import os
+
+    from shipyard.api.conventions import selector_string, sweep_selector
+    from shipyard.cli.get_cmd import trial_logs, write_job_dir
+    from shipyard.cli.harbor_results import sweep_job
+    from shipyard.cli.sweep_report import report_html, runtime
+    from shipyard.kube.trials import list_objects
+
+    ns = namespace_or_default(namespace)
+    obj = _get_sweep(ns, name)
+    trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
+    job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
+    jobs_dir = jobs_dir or output.parent / "jobs"
+    write_job_dir(jobs_dir / name, job, trial_logs(kept), {**config, "jobs_dir": str(jobs_dir)})
+    try:
+        script = runtime()
+    except RuntimeError as exc:
+        fail(str(exc))
+    href = os.path.relpath(jobs_dir.resolve(), output.resolve().parent)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report_html(job, config, f"Sweep {ns}/{name}", href, script))
+    err().print(f"wrote {output} (the job in {jobs_dir / name})")

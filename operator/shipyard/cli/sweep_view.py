@@ -126,7 +126,9 @@ def sweep_view(sweep: Mapping[str, Any], now: datetime) -> Group:
         (f"sweep {sweep['metadata']['name']}", "bold"), "  ",
         (state(sweep), "green" if state(sweep) == "Complete" else "yellow"), "  ",
         f"{status.get('progress') or '0/?'} done · {counts.get('running', 0)} running · "
-        f"{counts.get('pending', 0)} pending · {counts.get('errored', 0)} errors · "
+        f"{counts.get('pending', 0)} pending"
+        + (f" ({counts['queued']} queued in Kueue)" if counts.get("queued") else "")
+        + f" · {counts.get('errored', 0)} errors · "
         f"{counts.get('retried', 0)} retried · mean {number(status.get('mean')) or '-'} · "
         f"{eta(sweep, now)}")
     table = Table(box=None, pad_edge=False, show_edge=False)

@@ -51,6 +51,10 @@ class MeasuredExecutor(ThreadPoolExecutor):
 
         return super().submit(timed)
 
+    def queued(self) -> int:
+        """Calls waiting for a thread."""
+        return self._work_queue.qsize()
+
     def summary(self) -> str:
         with self._lock:
             waits = sorted(self.waits)

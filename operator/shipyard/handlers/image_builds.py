@@ -13,7 +13,13 @@ from typing import Any
 import kopf
 
 from shipyard.api.conditions import carried, changed, event_key
-from shipyard.api.conventions import LABEL_IMAGE_BUILD, iso, object_conditions, owner_references
+from shipyard.api.conventions import (
+    LABEL_IMAGE_BUILD,
+    iso,
+    object_conditions,
+    owner_references,
+    parse_time,
+)
 from shipyard.api.models import (
     GROUP,
     IMAGES_READY,
@@ -24,7 +30,7 @@ from shipyard.api.models import (
     TaskStatus,
 )
 from shipyard.api.reasons import Reason
-from shipyard.handlers import config
+from shipyard.handlers import config, metrics
 from shipyard.handlers.task_files import TaskUnavailable, load_task, task_body
 from shipyard.kube import events as kube_events
 from shipyard.kube import image_builds as kube_builds
@@ -308,10 +314,18 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
 
 
 async def _apply(build: dict[str, Any], retry: int = 0) -> None:
+    with metrics.reconciling("imagebuild"):
+        await _apply_once(build, retry)
+
+
+async def _apply_once(build: dict[str, Any], retry: int) -> None:
     before = _build_status(build)
     status, delay = await asyncio.to_thread(reconcile_build, build)
     if status != before:
         if status.phase in ("Failed", "Succeeded") and status.phase != before.phase:
+            began, ended = parse_time(status.started_at), parse_time(status.finished_at)
+            metrics.build_finished(status.phase, (ended - began).total_seconds()
+                                   if began and ended else None)
             await asyncio.to_thread(
                 kube_events.post_event, dict(build),
                 "Warning" if status.phase == "Failed" else "Normal",

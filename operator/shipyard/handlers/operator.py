@@ -12,7 +12,17 @@ import kopf
 from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
 # Importing registers the handlers with kopf.
-from shipyard.handlers import config, image_builds, pod_watch, sweeps, tasks, trials  # noqa: F401
+from shipyard.handlers import (  # noqa: F401
+    admission,
+    config,
+    image_builds,
+    metrics,
+    pod_watch,
+    sweeps,
+    tasks,
+    trial_tasks,
+    trials,
+)
 from shipyard.handlers.executor import MeasuredExecutor, execs
 from shipyard.handlers.leader import Leadership
 from shipyard.kube.client import requests_made
@@ -38,6 +48,8 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     if ours.error:
         logger.error(f"operator settings: {ours.error}; trials will fail with TrialInvalid")
     _executor = MeasuredExecutor(ours.threads)
+    metrics.STATE.queue_depth = _executor.queued
+    metrics.STATE.drivers = trial_tasks.running
     asyncio.get_running_loop().set_default_executor(_executor)
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -65,13 +77,16 @@ async def report(logger: logging.Logger, **_: Any) -> None:
     logger.info(execs.summary())
 
 
-def run(namespaces: list[str], liveness: str | None, verbose: bool) -> None:
+def run(namespaces: list[str], liveness: str | None, verbose: bool,
+        metrics_port: int | None = None) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    # Served from the start, by a standby too (its reconciles stay at 0).
+    metrics.serve(metrics_port)
     # One driver per trial: only the holder of the Lease runs kopf (standalone: kopf's own
     # peering is not used); a standby waits here, before any watch starts. The Lease is named
     # from the namespaces served, so operators serving others do not wait for this one.

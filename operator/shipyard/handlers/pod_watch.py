@@ -49,6 +49,11 @@ def wake(namespace: str, trial: str) -> None:
         w.event.set()
 
 
+def driven(namespace: str, trial: str) -> bool:
+    """Does a driver run for the trial now?"""
+    return (namespace, trial) in _wakers
+
+
 def forget(namespace: str, trial: str) -> None:
     _wakers.pop((namespace, trial), None)
 

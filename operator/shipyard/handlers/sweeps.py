@@ -34,7 +34,7 @@ from shipyard.api.conventions import (
 from shipyard.api.models import GROUP, VERSION, Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
-from shipyard.handlers import config
+from shipyard.handlers import config, metrics
 from shipyard.kube import events as kube_events
 from shipyard.kube import sweeps as kube
 from shipyard.plan.sweep import expand, trial_body
@@ -129,6 +129,7 @@ async def run_sweep(body: kopf.Body, namespace: str, name: str, logger: logging.
         await SweepDriver(body, namespace, name, index, logger).run(stopped)
     finally:
         _index.pop((namespace, name), None)
+        metrics.sweep_queued(namespace, name, None)
 
 
 class SweepDriver:
@@ -154,7 +155,8 @@ class SweepDriver:
         try:
             await self.resync()
             while not stopped:
-                wait = await self.reconcile()
+                with metrics.reconciling("sweep"):
+                    wait = await self.reconcile()
                 woken = asyncio.create_task(self.index.event.wait())
                 await asyncio.wait({woken, stopping}, timeout=wait,
                                    return_when=asyncio.FIRST_COMPLETED)
@@ -214,6 +216,10 @@ class SweepDriver:
         began = time.perf_counter()
         status = sweep_status(sweep, spec, tasks, slots, list(self.index.trials.values()), now)
         wanted = status.model_dump(by_alias=True, mode="json")
+        unrunnable = {t.name for t in tasks if t.state in ("invalid", "missing")}
+        metrics.sweep_queued(self.namespace, self.name, 0 if spec.suspend else (
+            status.counts.planned - status.counts.created
+            - sum(1 for s in slots if s.task in unrunnable)))
         self.computed += time.perf_counter() - began
         wait = await self.write(sweep, wanted)
         # a missing Task turns into errors when its wait is over: look again by then

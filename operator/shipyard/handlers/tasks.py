@@ -11,6 +11,7 @@ import kopf
 from shipyard.api.conventions import condition, iso, object_conditions
 from shipyard.api.models import GROUP, VERSION, TaskStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import metrics
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.kube import events as kube_events
@@ -36,8 +37,9 @@ async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name
 @kopf.on.create(GROUP, VERSION, "tasks")
 @kopf.on.update(GROUP, VERSION, "tasks", field="spec")
 async def validate_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    status, event = await task_status(body)
-    await write_status(body, status, event)
+    with metrics.reconciling("task"):
+        status, event = await task_status(body)
+        await write_status(body, status, event)
 
 
 async def write_status(body: kopf.Body, status: TaskStatus, event: tuple[str, str, str]

@@ -15,6 +15,7 @@ goes through `call`, so its cost is visible in one place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -37,6 +38,7 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
+from shipyard.handlers import admission as kueue
 from shipyard.handlers import image_builds
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
@@ -46,15 +48,16 @@ from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.kube.pod_exec import EXEC_TIMEOUT_SEC
 from shipyard.plan.compose import service_log_key
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import (
     ARTIFACTS_TAR,
-    SIDECAR_ARTIFACTS,
     PhaseSpec,
     PlanError,
     TrialPlan,
+    VerifierEnvironmentScript,
     build_plan,
 )
 from shipyard.plan.settings import OperatorSettings
@@ -62,7 +65,15 @@ from shipyard.reconcile import exec_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.render.artifact_bundle import (
+    ARTIFACTS_LIMIT_BYTES,
+    TAR_OVERHEAD_BYTES,
+    ArtifactsRefused,
+    CleanArtifacts,
+    clean_artifacts,
+)
 from shipyard.render.compose import (
+    concat_tars,
     merge_sidecar_tars,
     sidecar_artifact_argv,
     sidecar_hook_argv,
@@ -111,6 +122,7 @@ class TrialDriver:
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
         self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
+        self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
 
@@ -194,6 +206,10 @@ class TrialDriver:
                 # Run again after its finish failed (e.g. a pod's delete): the pods go now.
                 if not (self.body.get("spec") or {}).get("keepPods"):
                     await self.remove_pods()
+                with contextlib.suppress(PlanError):  # labelled, and Kueue is gone
+                    self.kueue = await kueue.gate_for(self)
+                if self.kueue is not None:
+                    await self.kueue.release()
                 return
             plan = await self.prepare()
             if plan is None:
@@ -222,6 +238,7 @@ class TrialDriver:
             plan = build_plan(task, spec, self.settings.task_env, self.network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
                               images)
+            self.kueue = await kueue.gate_for(self)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
             return None
@@ -280,6 +297,16 @@ class TrialDriver:
             status.started_at = iso(now())
         await self.save(status, outcome)
 
+    async def give_up(self, message: str) -> None:
+        """End the trial (its driver failed the same way again and again): Failed with the
+        reason of the phase it was in, its pods removed. Nothing pending is written (the logs
+        that could not be may be why)."""
+        if machine.is_finished(self.status) or machine.terminal_condition(self.status):
+            await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+            return
+        await self.save(*machine.given_up(self.status, message, now()))
+        await self.finish(bool((self.body.get("spec") or {}).get("keepPods")))
+
     async def loop_without_plan(self) -> None:
         """A trial that failed before it had a plan only needs its finish."""
         if machine.terminal_condition(self.status) is not None:
@@ -293,6 +320,11 @@ class TrialDriver:
             if self.cancelling():
                 stopped = await self.stop_running_phase(plan)
                 await self.save(*machine.cancel(self.status, now(), plan, stopped))
+            evicted = self.kueue.evicted() if self.kueue is not None else None
+            if evicted is not None and machine.terminal_condition(self.status) is None:
+                await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
+                pods = await self.observe(force=True)
+                continue
             action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries)
             if decided is not None:
                 await self.save(decided, outcome)
@@ -303,6 +335,9 @@ class TrialDriver:
                     await self.finish(keep)
                     return
                 case machine.CreatePod(role=role, step=step):
+                    if self.kueue is not None and not await self.kueue.admit(plan):
+                        pods = await self.observe()
+                        continue  # cancelled or evicted while queued: decide again
                     await self.create_pod(plan, role, step)
                     pods = await self.observe()
                 case machine.SetNetwork(role=role, key=key, why=why):
@@ -427,6 +462,8 @@ class TrialDriver:
             return
         manifest = build_trial_pod(self.body, plan, role, step, name,
                                    probe_image_for(plan, self.settings.probe_image))
+        if self.kueue is not None:
+            manifest = self.kueue.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         self.pod_network[name] = (manifest["metadata"]["labels"].get(LABEL_NETWORK),
@@ -496,19 +533,42 @@ class TrialDriver:
     async def bundle(self, phase_id: str, phase: PhaseSpec) -> bytes | kube_runner.Reply:
         """The phase's bundle; a separate verifier's first phase also carries the agent
         environment's artifacts, packed by the collect phase (read now, so a restarted
-        operator simply reads them again). The failed read's reply when that exec failed."""
-        if phase.name == "verifier-environment" and self.status.pod_name:
-            reply = await self.exec_call(kube_runner.read_file, self.namespace,
-                                         self.status.pod_name, ARTIFACTS_TAR)
-            if reply.state == "ok":
-                phase = replace(phase, payload={**phase.payload, "artifacts.tar": reply.stdout})
-            elif reply.exit_code is None:  # the exec did not run: this attempt failed
-                return reply
+        operator simply reads them again) and cleaned here (`render.artifact_bundle`: regular
+        files and folders under the declared paths only, within the size limit). The failed
+        read's reply when that exec failed."""
+        script = phase.script
+        if isinstance(script, VerifierEnvironmentScript) and self.status.pod_name:
+            pod = self.status.pod_name
+            runner = self.pod_runners.get(pod)
+            current = runner is None or runner == runner_configmap_name()
+            reply = await self.exec_call(kube_runner.artifacts, self.namespace, pod,
+                                         ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES,
+                                         ARTIFACTS_TAR, current)
+            if reply.exit_code is None:
+                return reply  # the exec did not run: this attempt failed
+            clean: CleanArtifacts | None = None
+            problem = reply.error if reply.state != "ok" else ""
+            evidence = await self.sidecar_evidence(phase.step)  # docker-compose sidecars'
+            if reply.state == "ok" or evidence:
+                raw = concat_tars(reply.stdout if reply.state == "ok" else b"", evidence)
+                try:
+                    clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
+                except ArtifactsRefused as e:
+                    problem = str(e)
+                    clean = None
+            if problem and clean is not None:
+                self.logger.warning(f"no artifacts from {pod}'s main container: {problem}")
+            if clean is not None:
+                phase = replace(phase, payload={**phase.payload, "artifacts.tar": clean.tar})
+                if clean.skipped:
+                    shown = "; ".join(clean.skipped[:5]) + (
+                        f"; and {len(clean.skipped) - 5} more" if len(clean.skipped) > 5 else "")
+                    self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                               f"artifacts left out for the verifier: {shown}"[:1000])
             else:
-                self.logger.warning(f"no artifacts from {self.status.pod_name}: {reply.error}")
-            evidence = await self.sidecar_evidence(phase.step)
-            if evidence:
-                phase = replace(phase, payload={**phase.payload, SIDECAR_ARTIFACTS: evidence})
+                self.logger.warning(f"no artifacts from {pod}: {problem}")
+                self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                           f"no artifacts for the verifier: {problem}"[:1000])
         return build_phase_bundle(phase_id, phase)
 
     async def sidecar_evidence(self, step: str | None) -> bytes:
@@ -529,7 +589,9 @@ class TrialDriver:
                                         f"failed (ignored): {reply.error}")
             for artifact in evidence.artifacts:
                 reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
-                                             evidence.service, sidecar_artifact_argv(artifact))
+                                             evidence.service, sidecar_artifact_argv(artifact),
+                                             EXEC_TIMEOUT_SEC,
+                                             ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES)
                 if reply.state == "ok":
                     parts.append((artifact, reply.stdout))
                 else:
@@ -553,6 +615,7 @@ class TrialDriver:
         else:
             phases = (phase_id,)
         attempt = unavailable = 0
+        runner_ran = False  # the last answer came from the runner, but was no usable one
         while True:
             decided = await self.secrets_delivered(plan, phase_id, pod_name, attempt) if (
                 command == "launch") else None
@@ -571,6 +634,7 @@ class TrialDriver:
                     self.unsaved_execs += 1
                 decided = exec_policy.after_exec(reply.state, reply.text, reply.error, attempt,
                                                  phases, unavailable)
+                runner_ran = reply.exit_code is not None
             match decided:
                 case exec_policy.Answered(results=results):
                     return results
@@ -587,7 +651,8 @@ class TrialDriver:
                 continue
             attempt += 1
         pod = observe_pod(await self.call(objects.get_pod, self.namespace, pod_name))
-        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now())
+        failed = machine.unanswered_execs(self.status, plan, retries, role, pod, now(),
+                                          runner_ran)
         if failed is not None:
             await self.save(*failed)
         return None
@@ -630,7 +695,8 @@ class TrialDriver:
                 return future.result()
             pod = self.waker.pods.get(pod_name, {})
             seen = observe_pod(pod) if pod is not None else None
-            if self.cancelling() or seen is None or seen.lost or seen.deleting:
+            evicted = self.kueue is not None and self.kueue.evicted() is not None
+            if self.cancelling() or seen is None or seen.lost or seen.deleting or evicted:
                 future.add_done_callback(lambda f: f.exception())  # nobody reads it
                 return kube_runner.Reply("gone", error="the wait was dropped: the trial "
                                          "was cancelled or its pod is going")
@@ -660,6 +726,8 @@ class TrialDriver:
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
         if not keep:
             await self.remove_pods()
+        if self.kueue is not None:
+            await self.kueue.release()
 
     async def keep_service_logs(self) -> None:
         """The docker-compose sidecars' logs, kept with the trial's logs before its pod goes."""

@@ -21,9 +21,16 @@ from typing import Any
 
 import kopf
 
+from shipyard.kube.errors import ApiException, TransportError, is_server_error
+
 FIRST_BACKOFF_SEC = 1.0
 MAX_BACKOFF_SEC = 60.0
+MAX_REPEATED_FAILURES = 5
+"""Failures of a trial's driver that are not the cluster's (a 5xx, a connection) after which
+the trial is ended (`GiveUp`) instead of driven again: a repeatable error (a value the
+apiserver refuses, a bug) would otherwise restart it forever with its pods running."""
 Driver = Callable[[kopf.Body, logging.Logger | logging.LoggerAdapter], Awaitable[None]]
+GiveUp = Callable[[kopf.Body, logging.Logger | logging.LoggerAdapter, str], Awaitable[None]]
 Reread = Callable[[str, str], Awaitable[dict[str, Any] | None]]  # (namespace, name): the Trial
 
 
@@ -53,18 +60,26 @@ def update(namespace: str, name: str, raw: dict[str, Any]) -> bool:
 
 def start(namespace: str, name: str, raw: dict[str, Any],
           logger: logging.Logger | logging.LoggerAdapter, driver: Driver,
-          reread: Reread) -> None:
+          reread: Reread, give_up: GiveUp | None = None) -> None:
     key = (namespace, name)
     entry = _Running(raw=dict(raw), uid=(raw.get("metadata") or {}).get("uid", ""))
     _running[key] = entry
     entry.task = asyncio.get_running_loop().create_task(
-        _supervise(key, entry, logger, driver, reread), name=f"trial {namespace}/{name}")
+        _supervise(key, entry, logger, driver, reread, give_up), name=f"trial {namespace}/{name}")
+
+
+def transient(e: BaseException) -> bool:
+    """The cluster's failure, not the trial's: worth driving again however often."""
+    if isinstance(e, ApiException):
+        return e.status in (None, 0, 409, 429) or is_server_error(e)
+    return isinstance(e, OSError | TransportError | asyncio.TimeoutError)
 
 
 async def _supervise(key: tuple[str, str], entry: _Running,
                      logger: logging.Logger | logging.LoggerAdapter, driver: Driver,
-                     reread: Reread) -> None:
+                     reread: Reread, give_up: GiveUp | None = None) -> None:
     delay = FIRST_BACKOFF_SEC
+    repeated = 0
     try:
         fresh = True
         while True:
@@ -81,6 +96,19 @@ async def _supervise(key: tuple[str, str], entry: _Running,
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # transient (e.g. an apiserver 5xx): start again
+                repeated = 0 if transient(e) else repeated + 1
+                if give_up is not None and repeated >= MAX_REPEATED_FAILURES:
+                    message = (f"the operator failed {repeated} times in a row driving this "
+                               f"trial ({type(e).__name__}: {str(e)[:300]}); ended")
+                    logger.exception(f"driving the trial failed: {message}")
+                    try:
+                        await give_up(kopf.Body(entry.raw), logger, message)
+                        _done_uids.add(entry.uid)
+                        return
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as again:
+                        logger.exception(f"ending the trial failed too: {again}")
                 logger.exception(f"driving the trial failed; again in {delay:.0f}s: {e}")
                 fresh = False
                 await asyncio.sleep(delay)

@@ -13,7 +13,7 @@ import kopf
 
 from shipyard.api.conventions import cancel_requested, is_finished_phase, parse_time
 from shipyard.api.models import GROUP, VERSION
-from shipyard.handlers import config, pod_watch, trial_tasks
+from shipyard.handlers import config, metrics, pod_watch, trial_tasks
 from shipyard.handlers.pod_watch import wake
 from shipyard.handlers.trial_driver import TrialDriver
 from shipyard.kube import objects
@@ -33,15 +33,22 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
                       logger: logging.Logger, **_: Any) -> None:
     """Each unfinished Trial gets a driver task (`shipyard.handlers.trial_tasks`); a cancel
     request wakes it, and it decides `Cancelled` and stops its pods."""
-    raw = dict(body)
+    with metrics.reconciling("trial"):
+        _trial_event(event, dict(body), namespace, name, logger)
+
+
+def _trial_event(event: dict[str, Any], raw: dict[str, Any], namespace: str, name: str,
+                 logger: logging.Logger) -> None:
     if event.get("type") == "DELETED":
         trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
         pod_watch.trial_gone(namespace, name)
+        metrics.trial_gone(namespace, name)
         return
+    metrics.trial_seen(namespace, name, raw)
     driven = trial_tasks.update(namespace, name, raw)
     unfinished = _unfinished(raw.get("status") or {})
     if not driven and unfinished:
-        trial_tasks.start(namespace, name, raw, logger, drive, reread)
+        trial_tasks.start(namespace, name, raw, logger, drive, reread, give_up)
     left = pod_watch.trial_seen(namespace, name, not unfinished,
                                 bool((raw.get("spec") or {}).get("keepPods")))
     if left and not driven:
@@ -52,6 +59,10 @@ async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, na
 
 async def drive(body: kopf.Body, logger: logging.Logger) -> None:
     await TrialDriver(body, logger, config.current()).run()
+
+
+async def give_up(body: kopf.Body, logger: logging.Logger, message: str) -> None:
+    await TrialDriver(body, logger, config.current()).give_up(message)
 
 
 async def reread(namespace: str, name: str) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from shipyard.kube.metrics import timed_request
+
 _lock = threading.Lock()
 _count_lock = threading.Lock()
 _requests = 0
@@ -27,7 +29,11 @@ class CountingApiClient(client.ApiClient):
         count_request()
         if kwargs.get("_preload_content", True) and kwargs.get("_request_timeout") is None:
             kwargs["_request_timeout"] = REQUEST_TIMEOUT
-        return super().call_api(*args, **kwargs)
+        method, url = (*args, None, None)[:2]
+        with timed_request(str(kwargs.get("method", method) or "GET"),
+                           str(kwargs.get("url", url) or "")) as response:
+            response.append(super().call_api(*args, **kwargs))
+            return response[0]
 
 
 def count_request() -> None:

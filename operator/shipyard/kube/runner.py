@@ -11,8 +11,10 @@ from shipyard.api.conventions import RUNNER_PATH, SECRETS_CONTAINER
 from shipyard.kube.errors import ApiException
 from shipyard.kube.pod_exec import (
     EXEC_TIMEOUT_SEC,
+    MAX_OUTPUT_BYTES,
     ExecResult,
     ExecUnavailable,
+    OutputTooLarge,
     PodGone,
     exec_in_pod,
 )
@@ -51,9 +53,9 @@ def _unreachable(e: ApiException) -> bool:
 
 def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
           what: str = "runner", container: str = "main",
-          timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
+          timeout: float = EXEC_TIMEOUT_SEC, max_output: int = MAX_OUTPUT_BYTES) -> Reply:
     try:
-        result = exec_in_pod(namespace, pod, argv, stdin, container, timeout)
+        result = exec_in_pod(namespace, pod, argv, stdin, container, timeout, max_output)
     except PodGone as e:
         return Reply("gone", error=str(e))
     except ExecUnavailable as e:
@@ -61,6 +63,8 @@ def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
     except ApiException as e:
         return Reply("unavailable" if _unreachable(e) else "failed",
                      error=f"{type(e).__name__}: {e}")
+    except OutputTooLarge as e:
+        return Reply("failed", error=str(e), exit_code=-1)
     except (TimeoutError, OSError) as e:
         return Reply("failed", error=f"{type(e).__name__}: {e}")
     return reply_of(result, what)
@@ -108,12 +112,19 @@ def put_secrets(namespace: str, pod: str, phase_id: str) -> Reply:
                  what="put-secrets", container=SECRETS_CONTAINER)
 
 
-def read_file(namespace: str, pod: str, path: str) -> Reply:
-    return _exec(namespace, pod, ["cat", path], what="cat")
+def artifacts(namespace: str, pod: str, limit: int, path: str, current: bool = True) -> Reply:
+    """The artifacts tar the collect phase packed, from the runner (`artifacts LIMIT`: it
+    refuses a tar over `limit` bytes, exit code 5); from a pod of an older operator, whose
+    runner lacks the command, the file `path` through `/bin/cat`. At most `limit` bytes are
+    read either way."""
+    argv = (["/bin/sh", RUNNER_PATH, "artifacts", str(limit)] if current
+            else ["/bin/cat", path])
+    return _exec(namespace, pod, argv, what="artifacts", max_output=limit)
 
 
 def exec_in(namespace: str, pod: str, container: str, argv: list[str],
-            timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
+            timeout: float = EXEC_TIMEOUT_SEC, max_output: int = MAX_OUTPUT_BYTES) -> Reply:
     """Any command in a container of the pod (a docker-compose sidecar's collect hook or
-    artifact copy)."""
-    return _exec(namespace, pod, argv, what=argv[0], container=container, timeout=timeout)
+    artifact copy), its output read up to `max_output` bytes."""
+    return _exec(namespace, pod, argv, what=argv[0], container=container, timeout=timeout,
+                 max_output=max_output)

@@ -72,9 +72,9 @@ PodRole = Role  # the pod a phase runs in
 
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
 INSTRUCTION_PATH = "/shipyard/instruction.md"
-ARTIFACTS_TAR = "/shipyard/artifacts.tar"
-SIDECAR_ARTIFACTS = "sidecar-artifacts.tar"
-"""The verifier-environment payload of the docker-compose sidecars' artifacts."""
+ARTIFACTS_TAR = "/shipyard/state/artifacts.tar"
+"""Where the collect phase (as root) packs the artifacts: in the runner's own root-only folder,
+so no unprivileged process can swap it before the operator reads it."""
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TEST_STDOUT = "/logs/verifier/test-stdout.txt"
@@ -137,7 +137,11 @@ class CollectScript:
 
 @dataclass(frozen=True)
 class VerifierEnvironmentScript:
-    """A separate verifier pod's setup: log dirs and the agent environment's artifacts."""
+    """A separate verifier pod's setup: log dirs and the agent environment's artifacts, each
+    copied to its own declared path (`artifacts`, absolute) from the operator's clean tar
+    (`shipyard.render.artifact_bundle`)."""
+
+    artifacts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,8 @@ class TrialPlan:
     unschedulable_grace_sec: float = SchedulingSettings.unschedulable_grace_sec
     image_pull_grace_sec: float = SchedulingSettings.image_pull_grace_sec
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
+    log_key_bytes: int = SchedulingSettings.log_limit_bytes
+    """What each key of the logs ConfigMap keeps (`log_budget`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -351,8 +357,13 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                 settings.collect, settings.artifacts))
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
-            phases.append(collect_phase(settings.collect, settings.artifacts, step, i))
-            phases.append(verifier_environment_phase(step, i))
+            collect = collect_phase(settings.collect, settings.artifacts, step, i)
+            phases.append(collect)
+            assert isinstance(collect.script, CollectScript)
+            sidecar_sources = tuple(a.source for e in step_plan.sidecar_evidence
+                                    for a in e.artifacts)
+            phases.append(verifier_environment_phase(
+                step, i, tuple(a.source for a in collect.script.artifacts) + sidecar_sources))
         phases.append(
             verifier_phase(task, step, i, _user(settings.verifier_user), verifier_timeout,
                            verifier_env, settings.collect, step_plan)
@@ -383,6 +394,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         ),
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
+        log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
     )
 
 
@@ -630,12 +642,14 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
                      script=CollectScript(main_hooks, main))
 
 
-def verifier_environment_phase(step: str | None, index: int | None) -> PhaseSpec:
+def verifier_environment_phase(step: str | None, index: int | None,
+                               artifacts: tuple[str, ...] = ()) -> PhaseSpec:
     """The separate verifier pod's setup: log dirs, an empty /logs/verifier, and the agent
-    environment's artifacts re-materialized at their original paths. The driver adds the
-    artifacts tar to the payload when it launches this phase."""
+    environment's artifacts re-materialized at their original paths (`artifacts`). The driver
+    adds the artifacts, read and cleaned by the operator, to the payload when it launches
+    this phase."""
     return PhaseSpec(name="verifier-environment", id=phase_id("verifier-environment", index),
-                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript())
+                     step=step, pod=Role.VERIFIER, script=VerifierEnvironmentScript(artifacts))
 
 
 def verifier_phase(
@@ -672,6 +686,24 @@ def verifier_phase(
         collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT),
         log_files=(TEST_STDOUT,),
     )
+
+
+LOGS_BUDGET_BYTES = 900 * 1024
+"""What a trial's logs ConfigMap may hold in all (the apiserver refuses one over 1 MiB; the
+rest is room for its keys, metadata and truncation markers)."""
+MIN_LOG_BYTES = 2048
+MARKER_ROOM = 128  # `render.pod.TRUNCATED_MARKER`, formatted
+
+
+def log_budget(phases: list[PhaseSpec], limit: int) -> int:
+    """The most bytes one key of the logs ConfigMap may hold: the operator's log limit, split
+    among all the keys the trial writes (each step's agent and verifier logs and installed
+    agents' trajectories), so that a many-step trial's ConfigMap stays under the apiserver's
+    1 MiB (above it every write failed and the trial never ended)."""
+    keys = {log_key(p) for p in phases if p.log_files}
+    keys |= {trajectory_key(p) for p in phases if p.installed_agent}
+    share = LOGS_BUDGET_BYTES // max(1, len(keys)) - MARKER_ROOM
+    return max(MIN_LOG_BYTES, min(limit, share))
 
 
 def log_key(phase: PhaseSpec) -> str:

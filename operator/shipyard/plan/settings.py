@@ -16,6 +16,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
+| SHIPYARD_METRICS_PORT | `shipyard operator --metrics-port` (read by the CLI, `METRICS_PORT`) |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
 A bad value does not stop the operator: it is kept in `error`, and each trial fails with
@@ -40,11 +41,17 @@ TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
+KUEUE_DEFAULT_QUEUE_ENV = "SHIPYARD_KUEUE_DEFAULT_QUEUE"
+"""The chart's `kueue.defaultQueueName`: the LocalQueue of Trials that name none."""
 LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 """The local cluster's busybox, for SHIPYARD_PROBE_IMAGE there (tests, benches). Unset (or
 `none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
 probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
+METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
+METRICS_PORT = 8081
+"""The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
+`metrics.port`); 0 takes a free port, a negative one turns the endpoint off."""
 
 TASK_WAIT_SEC = 60.0
 """How long a Trial waits for a Task that does not exist yet."""
@@ -175,6 +182,9 @@ class OperatorSettings:
     and their trials fail; prebuilt images still run."""
     sweep_status_interval_sec: float = SWEEP_STATUS_INTERVAL_SEC
     leader: LeaderSettings = field(default_factory=LeaderSettings)
+    kueue_default_queue: str | None = None
+    """The LocalQueue of Trials without `kueue.x-k8s.io/queue-name` (None: such Trials are
+    not admitted by Kueue). Ignored where Kueue's Workload API is not served."""
     error: str | None = None
     """A setting that could not be read: trials fail with TrialInvalid saying so."""
 
@@ -212,6 +222,7 @@ class OperatorSettings:
             probe_image=_probe_image(environ),
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
+            kueue_default_queue=environ.get(KUEUE_DEFAULT_QUEUE_ENV, "").strip() or None,
             error="; ".join(errors) or None,
         )
 

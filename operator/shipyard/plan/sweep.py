@@ -11,6 +11,7 @@ from typing import Any
 from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
     ANNOTATION_DATASET,
+    KUEUE_LABELS,
     LABEL_AGENT,
     LABEL_ATTEMPT,
     LABEL_RETRY,
@@ -84,6 +85,12 @@ def owner_reference(sweep: Mapping[str, Any]) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
+def kueue_labels(sweep: Mapping[str, Any]) -> dict[str, str]:
+    """Kueue's queue name and priority class, passed from the Sweep to its Trials."""
+    labels = (sweep.get("metadata") or {}).get("labels") or {}
+    return {k: labels[k] for k in KUEUE_LABELS if labels.get(k)}
+
+
 def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation: int = 0
                ) -> dict[str, Any]:
     """The Trial of a slot: the template's spec with the slot's task and agent, labelled with
@@ -115,6 +122,7 @@ def trial_body(sweep: Mapping[str, Any], spec: SweepSpec, slot: Slot, generation
                 LABEL_AGENT: label_value(slot.agent_key),
                 LABEL_ATTEMPT: str(slot.attempt),
                 LABEL_RETRY: str(generation),
+                **kueue_labels(sweep),
             },
             "annotations": annotations,
             "ownerReferences": [owner_reference(sweep)],

@@ -52,6 +52,9 @@ class PodObservation:
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""
     service_failure: str | None = None
     """A docker-compose service that failed to start (`service_failure`)."""
+    container_exit: bool = False
+    """`lost` because a container of the pod ended by itself (neither OOM-killed, nor the pod
+    deleted, evicted or its node lost): what ran in the pod ended it (issue 22, class 7)."""
     runner: str | None = None
     """The runner ConfigMap the pod mounts (content-addressed: which runner it has; a pod made
     by an older operator keeps an older one)."""
@@ -80,6 +83,11 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         lost = f"the environment pod stopped ({why}): {detail}"
     image_pull_error = config_error = None
     image_pull_permanent = False
+    # The pod's own `reason` (Evicted, NodeLost, Shutdown...) says the cluster ended it.
+    container_exit = not meta.get("deletionTimestamp") and not status.get("reason") and any(
+        "terminated" in (cs.get("state") or {})
+        and (cs["state"]["terminated"].get("reason") or "") != "OOMKilled"
+        for cs in status.get("containerStatuses") or [])
     main_statuses = status.get("containerStatuses") or []
     # Init containers too: a docker-compose sidecar's image may not pull either.
     for cs in [*main_statuses, *(status.get("initContainerStatuses") or [])]:
@@ -117,6 +125,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
         service_failure=service_failure(pod),
+        container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
     )

@@ -33,9 +33,16 @@ from shipyard.plan.sweep import (
     dataset_name,
     duplicate_agents,
     eval_key,
+    trial_name,
 )
 from shipyard.reconcile.harbor_outcome import exception_info, exception_type
-from shipyard.taskformat import aggregate_rewards, pass_at_k
+from shipyard.reconcile.sweep_results import (
+    NO_TOKENS,
+    Outcome,
+    eval_results,
+    overall_mean,
+    token_totals,
+)
 
 MAX_NAMED = 10  # tasks named in one condition message
 
@@ -292,33 +299,39 @@ def compress(indexes: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-@dataclass
-class _Eval:
-    agent: str
-    model: str | None
-    dataset: str
-    planned: int = 0
-    rewards: list[dict[str, float] | None] = field(default_factory=list)
-    by_task: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    tokens: list[Any] = field(default_factory=lambda: [None, None, None, None])
+@dataclass(frozen=True)
+class SlotView:
+    """A plan slot with its current Trial and, once it is finished (or cannot run), its
+    outcome as Harbor's statistics count it."""
 
-    def add(self, task: str, rewards: dict[str, float] | None, exception: str | None,
-            tokens: Sequence[Any]) -> None:
-        self.rewards.append(rewards)
-        self.by_task.setdefault(task, []).append(rewards)
-        if exception:
-            self.errors[exception] += 1
-        self.tokens = _add_tokens(self.tokens, tokens)
+    slot: Slot
+    current: ObservedTrial | None
+    outcome: Outcome | None
 
 
-def _add_tokens(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
-    """(input, cache, output tokens, cost) summed; a part no Trial reported stays None."""
-    summed = [a if b is None else (b if a is None else a + b)
-              for a, b in zip(total, more, strict=True)]
-    if summed[3] is not None:  # no float noise (0.1 + 0.2) in the status
-        summed[3] = round(summed[3], 9)
-    return summed
+def slot_views(sweep_name: str, spec: SweepSpec, tasks: Sequence[TaskState],
+               slots: Sequence[Slot], ledger: Ledger) -> list[SlotView]:
+    """Every slot in plan order; a slot of an invalid or missing Task (no Trial) is finished
+    with that error, under the name its Trial would have had. The one source of a sweep's
+    results: the status, `shipyard sweep results` and the report."""
+    dataset = dataset_name(sweep_name, spec)
+    keys = {agent_key(a): eval_key(a.name, a.model, dataset) for a in spec.agents}
+    bad = {t.name: t for t in tasks if t.state in ("invalid", "missing")}
+    views = []
+    for slot in slots:
+        current = ledger.current(slot)
+        outcome = None
+        if current is None:
+            if slot.task in bad:
+                kind = exception_type(Reason.TASK_NOT_FOUND if bad[slot.task].state == "missing"
+                                      else Reason.TASK_INVALID)
+                outcome = Outcome(keys[slot.agent_key], slot.task,
+                                  trial_name(sweep_name, slot), None, kind)
+        elif current.finished:
+            outcome = Outcome(keys[slot.agent_key], slot.task, current.name, current.rewards,
+                              current.exception, current.tokens)
+        views.append(SlotView(slot, current, outcome))
+    return views
 
 
 def _condition(type_: str, status: str, reason: str, message: str, now: datetime,
@@ -344,8 +357,6 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     previous = (sweep.get("status") or {}).get("conditions") or []
     ledger = Ledger.of(trials)
     dataset = dataset_name(name, spec)
-    models = {agent_key(a): a.model for a in spec.agents}
-    names = {agent_key(a): a.name for a in spec.agents}
     bad = {t.name: t for t in tasks if t.state in ("invalid", "missing")}
 
     # Counted in a plain Counter: a pydantic model's attribute writes cost ~4 µs each, at
@@ -353,65 +364,52 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
     tally: Counter[str] = Counter()
     completed: list[int] = []
     failed: list[int] = []
-    evals: dict[str, _Eval] = {}
-    keys = {k: eval_key(names[k], models[k], dataset) for k in names}
-    for slot in slots:
-        stats = evals.get(keys[slot.agent_key])
-        if stats is None:
-            stats = evals[keys[slot.agent_key]] = _Eval(names[slot.agent_key],
-                                                        models[slot.agent_key], dataset)
-        stats.planned += 1
-        current = ledger.current(slot)
-        if current is None:
-            if slot.task in bad:
-                kind = exception_type(Reason.TASK_NOT_FOUND if bad[slot.task].state == "missing"
-                                      else Reason.TASK_INVALID)
-                completed.append(slot.index)
-                failed.append(slot.index)
-                tally["completed"] += 1
-                tally["failed"] += 1
-                tally["errored"] += 1
-                stats.add(slot.task, None, kind, (None, None, None, None))
+    planned: Counter[str] = Counter()
+    views = slot_views(name, spec, tasks, slots, ledger)
+    for view in views:
+        planned[view.slot.agent_key] += 1
+        current, outcome = view.current, view.outcome
+        if current is not None:
+            tally["created"] += 1
+            if not current.finished:
+                tally["running" if current.phase == "Running" else "pending"] += 1
+                if current.phase == "Queued":  # waits for Kueue's admission
+                    tally["queued"] += 1
+        if outcome is None:
             continue
-        tally["created"] += 1
-        if not current.finished:
-            if current.phase == "Running":
-                tally["running"] += 1
-            else:
-                tally["pending"] += 1
-            continue
-        completed.append(slot.index)
+        completed.append(view.slot.index)
         tally["completed"] += 1
-        if current.rewards is None:
-            failed.append(slot.index)
+        if outcome.rewards is None:
+            failed.append(view.slot.index)
             tally["failed"] += 1
-        if current.exception:
+        if outcome.exception:
             tally["errored"] += 1
-            if current.exception == HarborError.CANCELLED:
+            if outcome.exception == HarborError.CANCELLED:
                 tally["cancelled"] += 1
-        stats.add(slot.task, current.rewards, current.exception, current.tokens)
 
     counts = SweepCounts(planned=len(slots),
                          retried=sum(len(ts) - 1 for ts in ledger.slots.values()), **tally)
+    outcomes = [v.outcome for v in views if v.outcome is not None]
+    results = eval_results(outcomes, [m.type for m in spec.metrics])
     eval_list = []
-    for key, stats in sorted(evals.items()):
+    for agent in sorted(spec.agents, key=lambda a: eval_key(a.name, a.model, dataset)):
+        key = eval_key(agent.name, agent.model, dataset)
+        stats = results.get(key)
+        if not planned[agent_key(agent)]:
+            continue
+        tokens = stats.tokens if stats else NO_TOKENS
         eval_list.append(EvalStats(
-            key=key, agent=stats.agent, model=stats.model, dataset=stats.dataset,
-            planned=stats.planned, finished=len(stats.rewards),
-            n_trials=sum(1 for r in stats.rewards if r is not None),
-            n_errors=sum(stats.errors.values()),
-            metrics=[aggregate_rewards(stats.rewards, m.type) for m in spec.metrics]
-            if stats.rewards else [],
-            pass_at_k={str(k): v for k, v in pass_at_k(stats.by_task).items()},
-            exception_counts=dict(sorted(stats.errors.items())),
-            n_input_tokens=stats.tokens[0], n_cache_tokens=stats.tokens[1],
-            n_output_tokens=stats.tokens[2], cost_usd=stats.tokens[3],
+            key=key, agent=agent.name, model=agent.model, dataset=dataset,
+            planned=planned[agent_key(agent)], finished=len(stats.rewards) if stats else 0,
+            n_trials=stats.n_trials if stats else 0, n_errors=stats.n_errors if stats else 0,
+            metrics=stats.metrics if stats else [],
+            pass_at_k={str(k): v for k, v in stats.pass_at_k.items()} if stats else {},
+            exception_counts=stats.exception_counts if stats else {},
+            n_input_tokens=tokens[0], n_cache_tokens=tokens[1], n_output_tokens=tokens[2],
+            cost_usd=tokens[3],
         ))
-    all_rewards = [r for s in evals.values() for r in s.rewards]
-    overall = aggregate_rewards(all_rewards, "mean") if all_rewards else {}
-    totals: list[Any] = [None, None, None, None]
-    for stats in evals.values():
-        totals = _add_tokens(totals, stats.tokens)
+    mean = overall_mean(outcomes)
+    totals = token_totals(outcomes)
 
     conditions = []
     problem = None
@@ -430,11 +428,11 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         conditions.append(_condition("Failed", "True", problem[0], problem[1], now, generation,
                                      previous))
     elif done:
-        mean = f", mean {overall['mean']:.4g}" if "mean" in overall else ""
+        shown = f", mean {mean:.4g}" if mean is not None else ""
         conditions.append(_condition(
             "Complete", "True", Reason.ALL_TRIALS_FINISHED,
             f"{counts.completed}/{counts.planned} trials finished, {counts.errored} "
-            f"error(s){mean}", now, generation, previous))
+            f"error(s){shown}", now, generation, previous))
     if spec.suspend and not done:
         conditions.append(_condition("Suspended", "True", Reason.SUSPENDED,
                                      "spec.suspend: no new Trial is created", now, generation,
@@ -466,7 +464,7 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         observed_generation=generation,
         conditions=conditions,
         progress=f"{counts.completed}/{counts.planned}",
-        mean=overall.get("mean"),
+        mean=mean,
         counts=counts,
         completed_indexes=compress(completed),
         failed_indexes=compress(failed),

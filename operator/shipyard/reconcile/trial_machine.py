@@ -10,6 +10,7 @@ between the two therefore never mistakes the cleanup for a lost pod.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -239,6 +240,15 @@ def fail(status: TrialStatus, reason: Reason, message: str, now: datetime,
     return status, Outcome(events=[("Warning", reason, message)])
 
 
+def given_up(status: TrialStatus, message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
+    """The operator failed the same way, time after time, driving this trial (e.g. a value
+    it cannot store): the trial ends with the reason of the phase it was in (the verifier's
+    for verification and anything after), never a retry."""
+    rec = current_record(status)
+    reason = TASK_FAILURE_REASONS.get(rec.name if rec else "", Reason.VERIFIER_FAILED)
+    return fail(status, reason, message, now)
+
+
 def task_wait_deadline(created_at: datetime | None, now: datetime,
                        wait_sec: float = TASK_WAIT_SEC) -> datetime:
     """Until when a Trial waits for its Task to appear (Trial and Task may be applied in any
@@ -285,7 +295,7 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
     logs: dict[str, str] = {}
     if rec is not None and plan is not None and stopped is not None and stopped.done:
         spec = plan.phase(rec.id or rec.name)
-        logs = _logs(spec, stopped, plan.log_limit_bytes)
+        logs = _logs(spec, stopped, plan.log_key_bytes)
         rec.exit_code = stopped.exit_code
     status, outcome = fail(status, Reason.CANCELLED,
                            f"cancelled by the {CANCEL_ANNOTATION} annotation{where}", now,
@@ -298,7 +308,8 @@ def infrastructure_failure(status: TrialStatus, plan: TrialPlan, retries: int, r
                            message: str, now: datetime) -> tuple[TrialStatus, Outcome]:
     """An infrastructure failure: retried with a new pod while attempts remain (docs/harbor.md
     §b.8), else the trial fails. Task failures, timeouts and reward-file errors never come here."""
-    if reason not in RETRYABLE or status.attempt > retries:
+    preempted = status.queue.preemptions if status.queue is not None else 0  # not failures
+    if reason not in RETRYABLE or status.attempt - preempted > retries:
         return fail(status, reason, message, now)
     status = status.model_copy(deep=True)
     old_pods = [n for n in (status.pod_name, status.verifier_pod_name) if n]
@@ -328,9 +339,9 @@ def _skip_rest(status: TrialStatus) -> None:
             s.state = "Skipped"
 
 
-def _complete(status: TrialStatus, rewards: dict[str, float], now: datetime,
+def _complete(status: TrialStatus, rewards: Mapping[str, float | int], now: datetime,
               note: str = "") -> Outcome:
-    status.rewards = {k: float(v) for k, v in rewards.items()}
+    status.rewards = dict(rewards)
     status.reward = status.rewards.get("reward")
     summary = ", ".join(f"{k}={v:g}" for k, v in status.rewards.items())
     message = f"reward recorded: {summary}{note}"
@@ -413,7 +424,7 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     rec.exit_code = result.exit_code
     rec.timed_out = result.timed_out
     rec.state = "Succeeded"
-    outcome = Outcome(logs=_logs(spec, result, plan.log_limit_bytes))
+    outcome = Outcome(logs=_logs(spec, result, plan.log_key_bytes))
     runner_failed = result.exit_code == 126 and "shipyard runner:" in result.output
     step = step_record(status, spec.step)
     if step is not None and step.state == "Pending":
@@ -443,7 +454,8 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     elif kind == "agent":
         error = _agent_error(spec, rec, result, runner_failed, outcome)
         if spec.installed_agent is not None:
-            error = _installed_agent_outcome(status, spec, result, error, outcome)
+            error = _installed_agent_outcome(status, spec, result, error, outcome,
+                                             min(TRAJECTORY_LIMIT_BYTES, plan.log_key_bytes))
         if error is not None:
             if step is not None:  # multi-step: recorded on the step, verification goes on
                 step.error = step.error or TrialError(type=error[0], message=error[1])
@@ -498,7 +510,8 @@ TRAJECTORY_LIMIT_BYTES = 256 * 1024
 
 
 def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: PhaseStatus,
-                             error: tuple[str, str] | None, outcome: Outcome
+                             error: tuple[str, str] | None, outcome: Outcome,
+                             trajectory_limit: int = TRAJECTORY_LIMIT_BYTES
                              ) -> tuple[str, str] | None:
     """Record what an installed agent reported (`status.agentResult`; summed over the steps
     of a multi-step trial), keep its ATIF trajectory with the logs, and classify its failure
@@ -514,7 +527,7 @@ def _installed_agent_outcome(status: TrialStatus, spec: PhaseSpec, result: Phase
         trajectory = agent_trajectory(spec.installed_agent, native.text(),
                                       spec.agent_version or "unknown", spec.model, found)
         text = json.dumps(trajectory, indent=1) if trajectory is not None else ""
-        if text and len(text.encode()) <= TRAJECTORY_LIMIT_BYTES:  # never a truncated JSON
+        if text and len(text.encode()) <= trajectory_limit:  # never a truncated JSON
             outcome.logs[trajectory_key(spec)] = text
     reported = agent_error(spec.installed_agent, usage_text)
     if error is None and reported is None:
@@ -533,7 +546,7 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
                      step: StepRecord | None, result: PhaseStatus, runner_failed: bool,
                      outcome: Outcome, now: datetime) -> tuple[TrialStatus, Outcome]:
     error: tuple[Reason, str, str] | None = None  # (reason, harbor exception, message)
-    rewards: dict[str, float] = {}
+    rewards: dict[str, float | int] = {}
     if runner_failed:
         error = (Reason.VERIFIER_FAILED, HarborError.RUNTIME, _tail(result.output))
     elif result.timed_out:
@@ -561,7 +574,7 @@ def _verifier_result(status: TrialStatus, plan: TrialPlan, spec: PhaseSpec, rec:
     if step is None:
         outcome.events.extend(_complete(status, rewards, now).events)
         return status, outcome
-    step.rewards = {k: float(v) for k, v in rewards.items()}
+    step.rewards = dict(rewards)
     step.state = "Succeeded"  # an agent error stays on record; the reward still counts
     summary = ", ".join(f"{k}={v:g}" for k, v in step.rewards.items())
     outcome.events.append(("Normal", Reason.STEP_REWARDED, f"step {step.name}: {summary}"))
@@ -704,14 +717,53 @@ def _network_switch(plan: TrialPlan, spec: PhaseSpec, pod: PodObservation, now: 
     return None
 
 
+OWN_PHASES = ("environment", "verifier-environment")
+"""Phases that run no task code (Shipyard's own preparation of a pod)."""
+TASK_FAILURE_REASONS = {
+    "environment": Reason.ENVIRONMENT_SETUP_FAILED, "setup": Reason.ENVIRONMENT_SETUP_FAILED,
+    "healthcheck": Reason.HEALTHCHECK_FAILED, "agent": Reason.AGENT_FAILED,
+}
+
+
+def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord
+                  ) -> PhaseRecord | None:
+    """The last phase of task code (agent, setup, healthcheck, collect hooks, verifier)
+    launched in the current pod of `role` (for a verifier pod: of the current step), if any."""
+    found = None
+    for r in status.phases:
+        spec = plan.phase(r.id or r.name)
+        if (r.launched and spec.pod == role and r.name not in OWN_PHASES
+                and (role != Role.VERIFIER or r.step == current.step)):
+            found = r
+    return found
+
+
+def task_failure(ran: PhaseRecord, what: str) -> tuple[Reason, str]:
+    """A pod broken by what ran in it (its container ended, its runner stopped answering):
+    the failure of the phase's code, never a retried infrastructure failure (a losing agent
+    must not get a free re-roll by killing its container)."""
+    where = f"{ran.step}/{ran.name}" if ran.step else ran.name
+    return (TASK_FAILURE_REASONS.get(ran.name, Reason.VERIFIER_FAILED),
+            f"{what}, after the {where} phase's code ran in it: that code's failure, not "
+            "retried")
+
+
 def unanswered_execs(status: TrialStatus, plan: TrialPlan, retries: int, role: Role,
-                     pod: PodObservation, now: datetime
+                     pod: PodObservation, now: datetime, runner_ran: bool = False
                      ) -> tuple[TrialStatus, Outcome] | None:
     """The runner in the pod of `role` answered none of the execs: when the pod is gone or
     lost, None (look again: the pod failure decides); else it still looks alive but does not
-    answer, an infrastructure failure (retried while attempts remain)."""
+    answer, an infrastructure failure (retried while attempts remain), unless the runner did
+    run (`runner_ran`: it exited non-zero or answered what cannot be read) after task code
+    ran in the pod (which can break the runner's programs): then that code's failure."""
     if not pod.exists or pod.lost:
         return None
+    rec = current_record(status)
+    ran = task_code_ran(status, plan, role, rec) if runner_ran and rec is not None else None
+    if ran is not None:
+        reason, message = task_failure(
+            ran, f"the runner in pod {pod_name(status, role)} answered no exec usably")
+        return infrastructure_failure(status, plan, retries, reason, message, now)
     return infrastructure_failure(status, plan, retries, Reason.POD_LOST,
                                   f"the pod {pod_name(status, role)} stopped answering execs",
                                   now)
@@ -809,6 +861,9 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
         return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
+        ran = task_code_ran(status, plan, role, rec) if pod.container_exit else None
+        if reason == Reason.POD_LOST and ran is not None:
+            return task_failure(ran, pod.lost.replace("environment pod", f"{what} pod"))
         return reason, pod.lost.replace("environment pod", f"{what} pod")
     if pod.image_pull_error:
         if pod.image_pull_permanent:

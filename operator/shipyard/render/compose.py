@@ -150,3 +150,23 @@ def _copy_members(merged: tarfile.TarFile, data: bytes, rel: str, seen: set[str]
             seen.add(name)
             member.name = name
             merged.addfile(member, source.extractfile(member) if member.isfile() else None)
+
+
+def concat_tars(first: bytes, second: bytes) -> bytes:
+    """One tar of both tars' members, `first`'s first (an empty or unreadable part is left
+    out); the operator cleans the result (`render.artifact_bundle`)."""
+    if not second:
+        return first
+    if not first:
+        return second
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as merged:
+        for data in (first, second):
+            try:
+                with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as part:
+                    for member in part:
+                        merged.addfile(member, part.extractfile(member) if member.isreg()
+                                       else None)
+            except tarfile.TarError:
+                continue
+    return out.getvalue()

@@ -14,7 +14,6 @@ from shipyard.plan.phases import (
     LOG_DIRS,
     REWARD_JSON,
     REWARD_TXT,
-    SIDECAR_ARTIFACTS,
     TEST_STDOUT,
     CollectScript,
     CommandAgentScript,
@@ -31,7 +30,10 @@ from shipyard.render.agent_scripts import agent_script, install_script
 from shipyard.taskformat import ArtifactConfig, HealthcheckConfig, VerifierCollectConfig
 
 PAYLOAD = '"$SHIPYARD_PAYLOAD"'
-ARTIFACTS_STAGE = "/shipyard/artifacts-stage"
+ARTIFACTS_STAGE = "/shipyard/state/artifacts-stage"
+ARTIFACTS_TREE = f"{PAYLOAD}/artifacts-tree"
+"""Where a separate verifier's setup extracts the operator's clean artifacts tar (inside its
+own phase folder) before copying each artifact to its path."""
 
 
 @dataclass(frozen=True)
@@ -60,21 +62,43 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
                                 _instruction_prepare() + install_script(run))
         case CollectScript(hooks=hooks, artifacts=artifacts):
             return PhaseScripts(_collect_command(hooks, artifacts))
-        case VerifierEnvironmentScript():
-            return PhaseScripts("true", _dirs_prepare() + (
-                f"if [ -s {PAYLOAD}/artifacts.tar ]; then tar -x -f {PAYLOAD}/artifacts.tar -C / "
-                "--no-same-owner; fi\n"
-                f"if [ -s {PAYLOAD}/{SIDECAR_ARTIFACTS} ]; then tar -x -f "
-                f"{PAYLOAD}/{SIDECAR_ARTIFACTS} -C / --no-same-owner; fi\n"
-            ))
+        case VerifierEnvironmentScript(artifacts=artifacts):
+            return PhaseScripts("true", _dirs_prepare() + _materialize(artifacts))
         case VerifyScript():
             return _verify(phase.script)
     raise TypeError(f"no script for {phase.script!r}")
 
 
 def _dirs_prepare() -> str:
+    """Harbor's ensure_dirs; world-writable as there, and sticky: a process of one user
+    cannot remove, rename or plant a link over another's file (the kernel's
+    protected_symlinks then keeps root's redirects from following a link planted there)."""
     dirs = " ".join(LOG_DIRS)
-    return f"mkdir -p {dirs} && chmod 777 {dirs}\n"
+    return f"mkdir -p {dirs} && chmod 1777 {dirs}\n"
+
+
+def _materialize(artifacts: tuple[str, ...]) -> str:
+    """A separate verifier's artifacts: the operator's clean tar (regular files and folders
+    under the declared paths only, `shipyard.render.artifact_bundle`) extracted in the phase's
+    own folder, then each artifact copied to its own path (a folder merged into what the
+    image has there, as Harbor's upload does). Nothing is extracted at `/`."""
+    if not artifacts:
+        return ""
+    tree, tar = ARTIFACTS_TREE, f"{PAYLOAD}/artifacts.tar"
+    lines = [f"if [ -s {tar} ]; then\n",
+             f"mkdir -p {tree} && tar -x -f {tar} -C {tree} --no-same-owner\n"]
+    for source in dict.fromkeys(artifacts):
+        rel = "/".join(p for p in source.strip("/").split("/") if p not in ("", "."))
+        if not rel:
+            continue
+        src, dst = f'{tree}/{shlex.quote(rel)}', shlex.quote("/" + rel)
+        parent = shlex.quote("/" + rel.rpartition("/")[0])
+        lines.append(
+            f"if [ -d {src} ]; then mkdir -p {dst} && cp -a {src}/. {dst}/\n"
+            f"elif [ -f {src} ]; then mkdir -p {parent} && rm -rf {dst} && cp -a {src} {dst}\n"
+            "fi\n")
+    lines.append("fi\n")
+    return "".join(lines)
 
 
 def _environment_prepare(workdir: str | None, copy_environment: bool) -> str:
@@ -111,10 +135,10 @@ done
 def _setup(intent: SetupScript) -> PhaseScripts:
     """Harbor's `_prepare_step`: reset /logs/agent (and the shared verifier's leftovers),
     upload the step's workdir/ into the working directory, run its setup.sh there."""
-    prepare = "rm -rf /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent\n"
+    prepare = "rm -rf /logs/agent && mkdir -p /logs/agent && chmod 1777 /logs/agent\n"
     if intent.previous_shared:
         prepare += ("rm -rf /logs/verifier /tests && mkdir -p /logs/verifier "
-                    "&& chmod 777 /logs/verifier\n")
+                    "&& chmod 1777 /logs/verifier\n")
     if intent.files:
         prepare += f'cp -a {PAYLOAD}/workdir/. "$(pwd)"/\n'
         if intent.user is not None:
@@ -199,7 +223,9 @@ def _verify(intent: VerifyScript) -> PhaseScripts:
     test script run; for a shared verifier the collect hooks run first (best effort)."""
     prepare = "".join(_collect_hook(h) for h in intent.hooks)
     # Stale rewards, the oracle's files (for its agent phase only), the tests to be replaced.
-    prepare += f"rm -rf -- {REWARD_TXT} {REWARD_JSON} /solution"
+    # test-stdout.txt too: whatever an agent planted there (a link) is gone before the
+    # command's redirect, as root, opens it.
+    prepare += f"rm -rf -- {REWARD_TXT} {REWARD_JSON} {TEST_STDOUT} /solution"
     test = f"/tests/{intent.test_script}"
     if intent.upload_tests:
         prepare += f" /tests\ncp -a {PAYLOAD}/tests /tests{_executable(test)}\n"

@@ -28,8 +28,9 @@
 # sweeps the pod's shared PID namespace (`sweep`) before it records the phase done, and every
 # `launch` sweeps again before it unpacks the next phase: whatever the phase started, detached
 # (setsid, double fork, nohup) or not, is stopped and killed. Kept are pause (PID 1), the
-# processes that existed before the first phase (the image's own, e.g. from its ENTRYPOINT) and
-# their children, and exec sessions (the operator's runner calls, probes) and their children.
+# processes that existed before the first phase (the image's own, e.g. from its ENTRYPOINT; not
+# the processes they started since), and exec sessions (the operator's runner calls, probes)
+# and their children.
 # "Before the first phase" is a clock tick (the base): the pod's first launch takes its own
 # start and prints it (`base=N`); the operator keeps it and passes it to each later launch,
 # which hands it to its supervisor. A root agent can write the copy kept in the state folder
@@ -102,7 +103,7 @@ supervisor_lost() {
 launch() {
   # The whole bundle first: an operator killed mid-upload must leave the phase unlaunched (its
   # next launch starts it), never launched from a truncated tar.
-  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
+  [ -d "$STATE" ] || make_dirs
   bundle=$STATE/bundle.$$
   head -c "$2" >"$bundle"
   got=$(wc -c <"$bundle")
@@ -191,7 +192,7 @@ chain() {
       "launched" >&2
     return 1
   fi
-  [ -d "$STATE" ] || { mkdir -p -m 711 "$PHASES"; mkdir -p -m 700 "$STATE"; }
+  [ -d "$STATE" ] || make_dirs
   for phase in "$@"; do
     id=${phase%%:*} key=""
     [ "$id" = "$phase" ] || key=${phase#*:}
@@ -202,6 +203,15 @@ chain() {
     fi
   done
   rm -rf "$staging"
+}
+
+# make_dirs: the runner's folders, made by the pod's first launch. The pod's /shipyard (an emptyDir,
+# world-writable as the kubelet makes it) becomes root's alone: task code running as another
+# user can neither swap what the runner keeps there nor plant a folder of its own.
+make_dirs() {
+  mkdir -p -m 711 "$PHASES"
+  mkdir -p -m 700 "$STATE"
+  chmod 755 "$ROOT" 2>/dev/null
 }
 
 finish() {
@@ -271,6 +281,9 @@ write_env() {
   fi
 }
 
+# quoted TEXT: TEXT as one single-quoted shell word.
+quoted() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+
 supervise() {
   id=$1
   p=$PHASES/$id s=$STATE/$id
@@ -300,7 +313,10 @@ supervise() {
     [ "$SECRETS" != 1 ] || envfile=$p/env.sh
     chown "$name" "$envfile" "$p" 2>/dev/null
     chmod 711 "$p"
-    set -- su -s /bin/sh "$name" -c "export HOME='${home:-/}' USER='$name' LOGNAME='$name'; $inner"
+    # Quoted: /etc/passwd is the image's, and an agent running as root could write a home
+    # that closes the quote and runs code as the next phase's user.
+    qhome=$(quoted "${home:-/}") qname=$(quoted "$name")
+    set -- su -s /bin/sh "$name" -c "export HOME=$qhome USER=$qname LOGNAME=$qname; $inner"
   else
     set -- sh -c "$inner"
   fi
@@ -324,6 +340,9 @@ supervise() {
   wait "$child"
   rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+  # Its environment (a verifier's [verifier.env] values, e.g. a judge's key) is not left on
+  # disk for the phases after it.
+  rm -f "$p/env" "$p/env.sh"
   [ "$OWN" = 1 ] || sweep  # Shipyard's own phase (no task code) leaves nothing to end
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
@@ -443,6 +462,19 @@ wait_result() {
 
 ready() { [ ! -s "$STATE/running" ]; }
 
+# artifacts LIMIT: the tar the collect phase packed (in the root-only state folder), as is, when
+# it is at most LIMIT bytes; else exit 5 saying how large it is (the operator reads no more).
+artifacts() {
+  f=$STATE/artifacts.tar
+  [ -f "$f" ] || { echo "shipyard runner: no artifacts were packed" >&2; return 4; }
+  size=$(wc -c <"$f")
+  if [ "$size" -gt "$1" ]; then
+    echo "shipyard runner: the artifacts tar is $((size)) bytes, over the limit of $1" >&2
+    return 5
+  fi
+  exec cat -- "$f"
+}
+
 # How many processes the kernel has OOM-killed in this container (cgroup v2, else v1).
 oom_kills() {
   for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
@@ -455,45 +487,82 @@ oom_kills() {
   echo 0
 }
 
-# start_ticks PID: TICKS=the start time of a process, in clock ticks since boot (field 22 of
-# /proc/PID/stat, after the command name, which may hold spaces and parentheses). Builtins.
-start_ticks() {
-  TICKS=""
-  { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+# proc_stat FILE: P_STATE, P_PPID and P_START (fields 3, 4 and 22) of a /proc stat file, read
+# whole with builtins: the command name, which may hold spaces, parentheses and newlines (a
+# process names itself), is skipped through the file's last ") ". 1 when the file cannot be
+# read (the process is gone), 2 when it does not parse.
+proc_stat() {
+  P_STATE="" P_PPID="" P_START="" all=""
+  { while IFS= read -r l || [ -n "$l" ]; do all="$all$l "; done <"$1"; } 2>/dev/null ||
+    return 1
+  case $all in *") "*) ;; *) return 2 ;; esac
   # shellcheck disable=SC2086
-  set -- ${line##*) }
+  set -- ${all##*) }
+  [ $# -ge 20 ] || return 2
+  P_STATE=$1 P_PPID=$2
   shift 19
-  TICKS=$1
+  P_START=$1
+  case $P_PPID$P_START in *[!0-9]*) return 2 ;; esac
 }
 
-# sweep_targets: the processes a sweep ends (see the header), one PID a line. A process is
-# looked at with its ancestors, nearest first: the caller itself ($$) or an image process older
-# than the first phase keeps it; an exec session (parent outside the namespace, PPid 0) keeps
-# it; reaching PID 1 (pause, the parent of every orphan) ends it.
+# start_ticks PID: TICKS=the start time of a process, in clock ticks since boot.
+start_ticks() {
+  TICKS=""
+  proc_stat "/proc/$1/stat" || return 1
+  TICKS=$P_START
+}
+
+# live_threads DIR: the process at /proc/PID has a thread that is not a zombie (a thread-group
+# leader that ended with pthread_exit is a zombie while its other threads run on).
+live_threads() {
+  for t in "$1"/task/[0-9]*; do
+    proc_stat "$t/stat" || continue
+    case $P_STATE in Z | X) ;; *) return 0 ;; esac
+  done
+  return 1
+}
+
+# sweep_targets: the processes a sweep ends (see the header), one PID a line. Each process is
+# read from its own /proc/PID (the PID from the folder's name, never from parsed text) and
+# looked at with its ancestors, nearest first: the caller itself ($$) keeps it; an exec session
+# (parent outside the namespace, PPid 0, started since the base) keeps it; a process from
+# before the base (the image's own, e.g. its ENTRYPOINT's daemon or the probe's httpd) is kept
+# itself, but a process it started since (a CGI script, a cron job the agent asked for) is
+# not; reaching PID 1 (pause, the parent of every orphan), or an ancestor that cannot be read,
+# ends it. A process whose stat cannot be parsed is ended (fail closed), and so is a zombie
+# leader whose threads live on (its PID signals the whole thread group).
 sweep_targets() {
   base=${BASE:-$(value "$BASELINE" 0)}  # see the header
-  # One `cat` for all (each file is one line); a process gone meanwhile is only missing.
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v self=$$ -v base="$base" '
-    NF {
-      p = 0; for (i = length($0); i > 0; i--) if (substr($0, i, 1) == ")") { p = i; break }
-      pid = $1 + 0; n = split(substr($0, p + 2), f, " ")
-      if (n < 20 || f[1] == "Z" || f[1] == "X") next
-      ppid[pid] = f[2] + 0; start[pid] = f[20] + 0; seen[pid] = 1
-    }
-    END {
-      for (pid in seen) {
-        a = pid + 0; verdict = ""
-        for (hops = 0; hops < 4096 && verdict == ""; hops++) {
-          if (a == self) verdict = "keep"
-          else if (a == 1) verdict = "kill"
-          else if (!(a in seen)) verdict = "keep"   # gone meanwhile: its own check decides
-          else if (start[a] < base) verdict = "keep"
-          else if (ppid[a] == 0) verdict = "keep"
-          else a = ppid[a]
-        }
-        if (verdict == "kill" && pid != 1) print pid
-      }
-    }'
+  self=$$ pids=""
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    case $pid in "" | *[!0-9]*) continue ;; esac
+    proc_stat "$d/stat"
+    case $? in
+      1) continue ;;  # gone
+      2) [ "$pid" = 1 ] || [ "$pid" = "$self" ] || echo "$pid"; continue ;;
+    esac
+    case $P_STATE in Z | X) live_threads "$d" || continue ;; esac
+    eval "pp_$pid=$P_PPID st_$pid=$P_START"
+    pids="$pids $pid"
+  done
+  for pid in $pids; do
+    a=$pid verdict="" hops=0
+    while [ -z "$verdict" ]; do
+      if [ "$a" = "$self" ]; then verdict=keep
+      elif [ "$a" = 1 ] || [ "$hops" -ge 4096 ]; then verdict=kill
+      else
+        eval "pp=\${pp_$a:-} st=\${st_$a:-}"
+        if [ -z "$pp" ]; then verdict=kill  # an ancestor gone: an orphan of pause soon
+        elif [ "$st" -lt "$base" ]; then
+          if [ "$a" = "$pid" ]; then verdict=keep; else verdict=kill; fi
+        elif [ "$pp" = 0 ]; then verdict=keep
+        else a=$pp hops=$((hops + 1))
+        fi
+      fi
+    done
+    [ "$verdict" = keep ] || [ "$pid" = 1 ] || echo "$pid"
+  done
 }
 
 # sweep: stop, then kill, every target until none is left (STOP first: a forking loop cannot
@@ -561,8 +630,9 @@ case $cmd in
   result) result "$@" ;;
   stop) stop "$@" ;;
   ready) ready ;;
+  artifacts) artifacts "$@" ;;
   sweep) sweep ;;
   put-secrets) put_secrets "$@" ;;
-  *) echo "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | sweep | put-secrets ID" >&2
+  *) echo "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | artifacts LIMIT | sweep | put-secrets ID" >&2
      exit 2 ;;
 esac

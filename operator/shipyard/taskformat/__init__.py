@@ -23,7 +23,7 @@ from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.instructions import strip_canary
 from shipyard.taskformat.lint import LintWarning, lint_config, lint_task, unknown_keys
 from shipyard.taskformat.loader import LoadedTask, files_digest, load_task_dir, load_task_files
-from shipyard.taskformat.metrics import aggregate_mean, aggregate_rewards, pass_at_k
+from shipyard.taskformat.metrics import aggregate_mean, aggregate_rewards, harbor_sum, pass_at_k
 from shipyard.taskformat.models import (
     AgentConfig,
     PackageInfo,
@@ -101,6 +101,7 @@ __all__ = [
     "convention_source",
     "effective_timeout",
     "files_digest",
+    "harbor_sum",
     "host_path",
     "lint_config",
     "lint_task",

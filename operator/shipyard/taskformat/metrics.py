@@ -4,13 +4,56 @@ Shared by the Sweep status and `shipyard results`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 Rewards = Mapping[str, float]
+Number = int | float
 
-AGGREGATES: dict[str, Callable[[list[float]], float]] = {
-    "mean": lambda values: sum(values) / len(values),
-    "sum": sum,
+
+def harbor_sum(values: Iterable[Number]) -> Number:
+    """CPython 3.12's builtin `sum(values)` of ints and floats, bit for bit, on any Python.
+
+    Harbor runs on 3.12, whose `sum()` compensates float additions (Neumaier's improved
+    Kahan-Babuska summation); 3.11 adds plainly, which moves the last bit (pass@k 0.875 vs
+    0.8750000000000001). As CPython: ints (and bools) first add exactly; the first float is
+    added plainly; from then on each float adds with its rounding error kept in `c`, each int
+    adds plainly as a double, and `c` joins the sum at the end when it is finite and non-zero.
+    """
+    items = iter(values)
+    exact = 0
+    total: float | None = None
+    for item in items:
+        if isinstance(item, int):
+            exact += item
+            continue
+        total = exact + item
+        break
+    if total is None:
+        return exact
+    if type(total) is not float:
+        raise TypeError(f"harbor_sum: not a number: {total!r}")
+    c = 0.0
+    for item in items:
+        if type(item) is float:
+            t = total + item
+            if abs(total) >= abs(item):
+                c += (total - t) + item
+            else:
+                c += (item - t) + total
+            total = t
+        elif isinstance(item, int):
+            total += float(item)
+        else:
+            raise TypeError(f"harbor_sum: not a number: {item!r}")
+    if c and math.isfinite(c):
+        total += c
+    return total
+
+
+AGGREGATES: dict[str, Callable[[list[Number]], Number]] = {
+    "mean": lambda values: harbor_sum(values) / len(values),
+    "sum": harbor_sum,
     "min": min,
     "max": max,
 }
@@ -25,10 +68,10 @@ def aggregate_rewards(rewards: Sequence[Rewards | None], metric: str = "mean"
     if not rewards:
         return {metric: 0.0} if metric in ("mean", "sum") else {}
     keys = sorted({key for r in rewards if r is not None for key in r})
-    if len(keys) <= 1:
-        values = [0.0 if r is None else next(iter(r.values()), 0.0) for r in rewards]
+    if len(keys) <= 1:  # a missing reward is the int 0, as Harbor's (it decides sum()'s path)
+        values = [0 if r is None else next(iter(r.values()), 0) for r in rewards]
         return {metric: aggregate(values)}
-    return {key: aggregate([0.0 if r is None else r.get(key, 0.0) for r in rewards])
+    return {key: aggregate([0 if r is None else r.get(key, 0) for r in rewards])
             for key in keys}
 
 
@@ -87,5 +130,5 @@ def pass_at_k(by_task: Mapping[str, Sequence[Rewards | None]]) -> dict[int, floa
     if not successes:
         return {}
     ks = eligible_k(min(len(s) for s in successes.values()))
-    return {k: sum(pass_at_k_for_task(len(s), sum(s), k) for s in successes.values())
+    return {k: harbor_sum(pass_at_k_for_task(len(s), sum(s), k) for s in successes.values())
             / len(successes) for k in ks}

@@ -13,6 +13,8 @@ from typing import ClassVar
 REWARD_DIR = "/logs/verifier"
 REWARD_JSON = f"{REWARD_DIR}/reward.json"
 REWARD_TXT = f"{REWARD_DIR}/reward.txt"
+INT_LIMIT = 2**63
+"""Integers are kept as integers (Harbor's `float | int`) within Kubernetes' int64."""
 
 
 class RewardFileError(Exception):
@@ -66,6 +68,12 @@ def _parse_json(content: bytes) -> dict[str, float | int]:
             raise RewardFileInvalid(f"Non-numeric reward {key!r} in JSON file {REWARD_JSON}")
         if isinstance(value, float) and not math.isfinite(value):
             raise RewardFileInvalid(f"Non-finite reward {value} in JSON file {REWARD_JSON}")
+        if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
+            shown = str(value)
+            shown = shown if len(shown) <= 40 else f"{shown[:20]}...({len(shown)} digits)"
+            raise RewardFileInvalid(
+                f"Reward {key!r} in JSON file {REWARD_JSON} is an integer beyond 64 bits "
+                f"({shown}); Kubernetes cannot store it")
         rewards[key] = int(value) if isinstance(value, bool) else value
     return rewards
 

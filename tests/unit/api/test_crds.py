@@ -153,7 +153,8 @@ def test_literals_become_enums() -> None:
     schema = root_schema(CRDS["Trial"])
     assert resolve(schema, "spec.agent.name")["enum"][:4] == [
         "oracle", "nop", "command", "claude-code"]
-    assert resolve(schema, "status.phase")["enum"] == ["Pending", "Running", "Completed", "Failed"]
+    assert resolve(schema, "status.phase")["enum"] == [
+        "Pending", "Queued", "Running", "Completed", "Failed"]
 
 
 def test_camel_case_field_names() -> None:

@@ -120,3 +120,40 @@ def test_summary_of_a_multi_step_task_counts_steps_and_network() -> None:
              for f in ("instruction.md", "tests/test.sh")}
     summary = summarize(task(toml, extra=extra, drop=("instruction.md", "tests/test.sh")))
     assert (summary.steps, summary.verifier_mode, summary.network) == (2, "shared", "no-network")
+
+
+def _bomb(size: int, name: str = "environment/big") -> bytes:
+    """A gzip bomb: one tar member of `size` zero bytes (a few KB per GB compressed)."""
+    import gzip
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        info = tarfile.TarInfo(name)
+        info.size = size
+        gz.write(info.tobuf(format=tarfile.GNU_FORMAT))
+        chunk = b"\0" * (1 << 20)
+        for _ in range(size >> 20):
+            gz.write(chunk)
+    return buf.getvalue()
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_read_into_memory() -> None:
+    """Issue 22 (class 5): a bundle of a few hundred KB that decompresses to 256 MiB is refused,
+    saying so, without the operator ever holding more than a few MiB of it."""
+    import resource
+
+    import pytest
+
+    from shipyard.api.task_source import MAX_TASK_BYTES, TaskSourceError, files_from_bundle
+
+    bomb = _bomb(256 << 20)
+    assert len(bomb) < 2 * 1024 * 1024
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(TaskSourceError, match="more than 134217728 bytes once decompressed"):
+        files_from_bundle(bomb)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
+    with pytest.raises(TaskSourceError, match="more than 1048576 bytes"):
+        files_from_bundle(_bomb(2 << 20), limit=1 << 20)
+    assert MAX_TASK_BYTES == 128 * 1024 * 1024

@@ -67,3 +67,55 @@ def test_operator_image_pins_every_runtime_dependency() -> None:
             f"{name} is not pinned in hack/operator-image/constraints.txt; run "
             "`.venv/bin/python hack/localcluster/operator_image.py lock`"
         )
+
+
+DASHBOARD = CHART / "dashboards" / "shipyard.json"
+DASHBOARD_TOPICS = ("phase", "throughput", "failure", "p50", "p95", "queue", "build", "cpu",
+                    "memory")
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query of the chart's Grafana dashboard."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_the_grafana_dashboard_is_a_well_formed_dashboard() -> None:
+    """Grafana's dashboard JSON model (schemaVersion 39): panels with unique ids, a grid
+    position, a Prometheus query each, through the dashboard's own variables only."""
+    import re
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert "datasource" in variables
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["type"] in ("timeseries", "barchart", "stat", "table", "bargauge")
+        assert set(panel["gridPos"]) == {"h", "w", "x", "y"}
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+            used = set(re.findall(r"\$(\w+)", target["expr"]))
+            assert used <= variables, (panel["title"], used - variables)
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    assert all(topic in titles for topic in DASHBOARD_TOPICS), titles
+    series = " ".join(expr for _, expr in dashboard_queries())
+    for name in ("shipyard_trials", "shipyard_trial_outcomes_total",
+                 "shipyard_trial_phase_duration_seconds_bucket", "shipyard_sweep_queued_trials",
+                 "shipyard_image_builds_total", "process_cpu_seconds_total",
+                 "process_resident_memory_bytes"):
+        assert name in series
+
+
+def test_the_chart_ships_the_dashboard_and_kube_state_metrics_config() -> None:
+    config = yaml.safe_load((CHART / "dashboards" / "kube-state-metrics.yaml").read_text())
+    kinds = {r["groupVersionKind"]["kind"] for r in config["spec"]["resources"]}
+    assert config["kind"] == "CustomResourceStateMetrics" and kinds == {"Trial", "Sweep"}
+    template = (CHART / "templates" / "metrics.yaml").read_text()
+    assert 'Files.Get "dashboards/shipyard.json"' in template
+    assert "kind: ServiceMonitor" in template
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["metrics"]["serviceMonitor"]["enabled"] is False  # off by default

@@ -10,7 +10,7 @@ import pytest
 from shipyard.cli.harbor_results import (
     exception_info,
     job_result,
-    pass_at_k,
+    outcome,
     trial_files,
     trial_result,
 )
@@ -142,6 +142,14 @@ def test_multi_step_results_go_per_step():
     assert two["verifier"] is None
 
 
+def pass_at_k(results):
+    from shipyard.reconcile.sweep_results import eval_results
+
+    base = {"trial_name": "t", "agent_info": {"name": "oracle"}, "exception_info": None}
+    evals = eval_results([outcome({**base, **r}) for r in results])
+    return evals["oracle__adhoc"].harbor()["pass_at_k"]
+
+
 def test_pass_at_k():
     results = [
         {"task_name": "x", "verifier_result": {"rewards": {"reward": v}}} for v in (1, 0, 0, 0)
@@ -174,7 +182,7 @@ def test_job_result_groups_evals_by_agent_and_dataset():
     nop = stats["evals"]["nop__adhoc"]
     assert nop["n_trials"] == 1 and nop["n_errors"] == 1
     assert nop["metrics"] == [{"mean": 0.0}]
-    assert nop["reward_stats"] == {"reward": {"0": ["n1"]}}
+    assert nop["reward_stats"] == {"reward": {"0.0": ["n1"]}}  # a float key, as Harbor's
     assert nop["exception_stats"] == {"RewardFileNotFoundError": ["f1"]}
     assert stats["evals"]["oracle__adhoc"]["metrics"] == [{"mean": 1.0}]
     assert [r["trial_name"] for r in job["trial_results"]] == ["o1", "o2", "n1", "f1", "r1"]
@@ -222,3 +230,11 @@ def test_trial_files_follow_harbors_layout() -> None:
     assert files["steps/s1/agent/oracle.txt"] == "x"
     multi = dict(result, verifier_result={"rewards": {"a": 1, "b": 0.5}})
     assert json.loads(trial_files(multi, None)["verifier/reward.json"]) == {"a": 1, "b": 0.5}
+
+
+def test_a_job_of_unstarted_trials_has_a_start_time() -> None:
+    pending = trial("p1", phase="Pending", rewards=None)
+    pending["metadata"]["creationTimestamp"] = "2026-11-22T11:59:00Z"
+    pending["status"].pop("startedAt", None)
+    job = job_result([pending], {"ns/hello": TASK}, NOW)
+    assert job["started_at"] == "2026-11-22T11:59:00Z"  # Harbor's JobResult requires one

@@ -1,4 +1,4 @@
-"""The CLI's pure sweep pieces: the manifest, the live view, rows and the sweep's current trials."""
+"""The CLI's pure sweep pieces: the manifest, the live view and rows."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from shipyard.api.conventions import ANNOTATION_AGENT_KEY, LABEL_ATTEMPT, LABEL_RETRY
 from shipyard.api.sweep import SweepSpec
-from shipyard.cli.sweep_cmd import agent_specs, current_trials
+from shipyard.cli.sweep_cmd import agent_specs
 from shipyard.cli.sweep_view import (
     eta,
     progress_line,
@@ -57,17 +56,6 @@ def test_view_row_line_and_eta() -> None:
     done = sweep(completionTime="2026-11-23T12:05:00Z",
                  conditions=[{"type": "Complete", "status": "True"}])
     assert eta(done, NOW) == "took 5m00s"
-
-
-def test_current_trials_keep_the_latest_retry() -> None:
-    def t(name, attempt, retry):
-        return {"metadata": {"name": name, "labels": {LABEL_ATTEMPT: str(attempt),
-                                                      LABEL_RETRY: str(retry)},
-                             "annotations": {ANNOTATION_AGENT_KEY: "nop"}},
-                "spec": {"taskRef": {"name": "a"}, "agent": {"name": "nop"}}}
-    kept, superseded = current_trials([t("x", 1, 0), t("x-r1", 1, 1), t("y", 2, 0)])
-    assert sorted(k["metadata"]["name"] for k in kept) == ["x-r1", "y"]
-    assert superseded == 1
 
 
 def test_tokens_and_cost_per_eval_key_are_shown_when_reported() -> None:

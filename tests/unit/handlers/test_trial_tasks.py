@@ -109,3 +109,39 @@ def test_a_failing_driver_of_a_deleted_trial_is_not_started_again(monkeypatch) -
         assert calls == [1] and trial_tasks.running() == 0
 
     asyncio.run(scenario())
+
+
+def test_a_driver_that_fails_the_same_way_again_and_again_ends_its_trial(monkeypatch) -> None:
+    """Issue 22 (class 6): a repeatable driver error (here, an int too big for a float) ends
+    the trial after MAX_REPEATED_FAILURES tries; the cluster's own failures (a 503, a broken
+    connection) never count towards it."""
+    from shipyard.kube.errors import ApiException
+
+    monkeypatch.setattr(trial_tasks, "FIRST_BACKOFF_SEC", 0.0)
+    errors = [ApiException(status=503), ConnectionResetError()] * 3 + [
+        OverflowError("int too large to convert to float")] * 10
+    calls, ended = [], []
+
+    async def driver(body, logger) -> None:
+        calls.append(1)
+        raise errors[len(calls) - 1]
+
+    async def reread(namespace: str, name: str) -> dict | None:
+        return trial()
+
+    async def give_up(body, logger, message: str) -> None:
+        ended.append(message)
+
+    async def scenario() -> None:
+        trial_tasks.start("ns", "t", trial(), LOG, driver, reread, give_up)
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if ended:
+                break
+        trial_tasks.stop("ns", "t", "u1")
+
+    asyncio.run(scenario())
+    assert len(calls) == 6 + trial_tasks.MAX_REPEATED_FAILURES
+    assert ended and "5 times in a row" in ended[0] and "OverflowError" in ended[0]
+    assert trial_tasks.transient(ApiException(status=500))
+    assert not trial_tasks.transient(ApiException(status=422))

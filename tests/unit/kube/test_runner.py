@@ -42,7 +42,10 @@ def test_an_exec_status_without_an_exit_code_is_unavailable_not_a_crash() -> Non
     raised ValueError out of the trial's driver)."""
     import pytest
 
-    from shipyard.kube.pod_exec import ExecUnavailable, _exit_code
+    from shipyard.kube.pod_exec import ExecUnavailable, _status_code
+
+    def _exit_code(ended: _EndedExec) -> int:
+        return _status_code(ended.status.encode())
 
     assert _exit_code(_EndedExec('{"status": "Success"}')) == 0
     failed = ('{"status": "Failure", "reason": "NonZeroExitCode", "details": {"causes": '
@@ -51,7 +54,7 @@ def test_an_exec_status_without_an_exit_code_is_unavailable_not_a_crash() -> Non
     unreachable = ('{"status": "Failure", "message": "error sending request", "details": '
                    '{"causes": [{"message": "error sending request: Post https://localhost:10250'
                    '/exec/ns/pod/main: dial tcp: connection refused"}]}}')
-    for status in (unreachable, '{"status": "Failure"}', "error sending request"):
+    for status in (unreachable, '{"status": "Failure"}', "error sending request", ""):
         with pytest.raises(ExecUnavailable, match="without an exit code"):
             _exit_code(_EndedExec(status))
     assert issubclass(ExecUnavailable, OSError)  # runner._exec: a failed reply, tried again

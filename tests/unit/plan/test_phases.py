@@ -53,10 +53,10 @@ def test_hello_world_oracle_plan() -> None:
     assert plan.secret_names == ()
 
 
-def test_environment_phase_makes_the_log_dirs_world_writable() -> None:
+def test_environment_phase_makes_the_log_dirs_world_writable_and_sticky() -> None:
     env = plan_for().phase("environment")
     assert "mkdir -p /logs/verifier /logs/agent /logs/artifacts" in scripts(env).prepare
-    assert "chmod 777 /logs/verifier /logs/agent /logs/artifacts" in scripts(env).prepare
+    assert "chmod 1777 /logs/verifier /logs/agent /logs/artifacts" in scripts(env).prepare
     assert (env.user, env.timeout_sec, env.payload) == (None, None, {})
 
 

@@ -305,12 +305,43 @@ def test_pod_lost_during_the_agent_phase_fails_at_once(observed: PodObservation)
     plan = plan_for()
     action, decided, outcome = m.next_action(mid_agent(plan), plan, pods(observed), at(4))
     assert isinstance(action, m.Finish)
-    reason = "OOMKilled" if "OOMKilled" in (observed.lost or "") else "PodLost"
+    reason = ("OOMKilled" if "OOMKilled" in (observed.lost or "") else
+              "AgentFailed" if observed.container_exit else "PodLost")
     assert cond(decided, "Failed").reason == reason
     assert states(decided) == {"environment": "Succeeded", "agent": "Failed",
                                "verifier": "Skipped"}
     assert decided.error.type == reason
     assert outcome.events[0][0] == "Warning"
+
+
+@pytest.mark.parametrize("name", ["main", "probe", "secrets"])
+def test_a_container_ended_by_the_agent_is_its_failure_not_a_free_retry(name: str) -> None:
+    """Issue 22 (class 7): the agent killed its pod's keep-alive (or the probe's httpd): not
+    PodLost, whose retry would give a losing agent another attempt."""
+    plan = plan_for(retries=2)
+    killed = pod(container_state={"terminated": {"reason": "Error", "exitCode": 137}})
+    killed["status"]["containerStatuses"][0]["name"] = name
+    observed = observe_pod(killed)
+    assert observed.container_exit
+    action, decided, _ = m.next_action(mid_agent(plan), plan, pods(observed), at(4), 2)
+    assert isinstance(action, m.Finish)
+    failed = cond(decided, "Failed")
+    assert failed.reason == "AgentFailed" and "not retried" in failed.message, failed
+    assert decided.attempt == 1
+    # Before any task code ran (the environment phase), the same is the infrastructure's.
+    status = with_pod(plan)
+    status, _ = m.on_launch(status, "environment", running(), at(1))
+    action, decided, _ = m.next_action(status, plan, pods(observed), at(4), 2)
+    assert cond(decided, "Failed") is None and decided.attempts[0].reason == "PodLost"
+
+
+def test_a_runner_broken_after_the_agent_ran_is_the_agent_s_failure() -> None:
+    plan = plan_for()
+    status = mid_agent(plan)
+    decided, _ = m.unanswered_execs(status, plan, 2, m.Role.ENV, READY, at(9), runner_ran=True)
+    assert cond(decided, "Failed").reason == "AgentFailed"
+    decided, _ = m.unanswered_execs(status, plan, 2, m.Role.ENV, READY, at(9), runner_ran=False)
+    assert cond(decided, "Failed") is None and decided.attempts[0].reason == "PodLost"
 
 
 # ---------------------------------------------------------------- while a phase runs
@@ -408,6 +439,9 @@ def test_reward_json_with_several_keys_records_them_all() -> None:
         REWARD_JSON: b'{"reward": 0.5, "style": 1, "passed": true}'})})
     assert run.status.rewards == {"reward": 0.5, "style": 1.0, "passed": 1.0}
     assert run.status.reward == 0.5
+    # Harbor's types: integers stay integers, in the status as written (`1`, not `1.0`).
+    dumped = run.status.model_dump(by_alias=True, mode="json")["rewards"]
+    assert [type(v) for v in dumped.values()] == [float, int, int]
 
 
 def test_reward_is_set_only_when_the_reward_key_exists() -> None:
@@ -438,9 +472,11 @@ def test_test_script_exit_code_plays_no_part() -> None:
         ({REWARD_JSON: b"{not json"}, "RewardFileInvalid", "VerifierOutputParseError"),
         ({REWARD_JSON: b"[1, 2]"}, "RewardFileInvalid", "VerifierOutputParseError"),
         ({REWARD_JSON: b'{"reward": "high"}'}, "RewardFileInvalid", "VerifierOutputParseError"),
+        ({REWARD_JSON: b'{"reward": 1' + b"0" * 400 + b"}"}, "RewardFileInvalid",
+         "VerifierOutputParseError"),
     ],
     ids=["missing", "empty-txt", "empty-json", "garbage-txt", "nan", "garbage-json",
-         "json-array", "json-string-value"],
+         "json-array", "json-string-value", "int-too-big-for-a-float"],
 )
 def test_unusable_reward_file_fails_the_trial(files: dict[str, bytes], reason: str,
                                               error_type: str) -> None:

@@ -621,3 +621,45 @@ def test_a_chain_is_the_environment_and_the_first_step_s_first_phase() -> None:
     plan = steps_plan({"one": "", "two": ""})
     assert m.chained_phases(plan, "environment") == ["environment", "s1-setup"]
     assert m.chained_phases(plan, "s1-verifier") == ["s1-verifier"]
+
+
+# ---------------------------------------------------------------- issue 22 (class 6)
+
+
+def test_the_logs_of_a_many_step_trial_fit_one_configmap() -> None:
+    """Every step's agent and verifier logs at their limit stay under the apiserver's 1 MiB:
+    the budget is split across the keys (above it, every write failed and the trial never
+    ended)."""
+    from shipyard.plan.phases import LOGS_BUDGET_BYTES
+
+    names = {f"s{i}": "" for i in range(4)}
+    plan = steps_plan(names, agent="command")
+    assert plan.log_key_bytes < plan.log_limit_bytes
+    big = "x" * (2 * plan.log_limit_bytes)
+    results = {}
+    for i in range(1, 5):
+        results[f"s{i}-agent"] = done(files={"/logs/agent/command.txt": big.encode()})
+        results[f"s{i}-verifier"] = done(files={REWARD_TXT: b"1", TEST_STDOUT: big.encode()})
+    run = drive_steps(plan, results)
+    assert run.status.phase == "Completed", run.status
+    assert len(run.logs) == 8
+    assert sum(len(k) + len(v.encode()) for k, v in run.logs.items()) <= LOGS_BUDGET_BYTES
+
+
+def test_integer_rewards_stay_integers_across_steps_with_final() -> None:
+    plan = steps_plan({"a": "", "b": ""}, strategy="final")
+    run = drive_steps(plan, {"s2-verifier": rewarded('{"reward": 1, "tests": 7}')})
+    assert run.status.rewards == {"reward": 1, "tests": 7}
+    assert [type(v) for v in run.status.rewards.values()] == [int, int]
+
+
+def test_a_driver_given_up_ends_the_trial_with_the_phase_s_reason() -> None:
+    from datetime import UTC, datetime
+
+    plan = steps_plan({"a": ""}, agent="command")
+    run = drive_steps(plan, stop_after="Launch:s1-agent")
+    status, outcome = m.given_up(run.status, "the operator failed 5 times in a row",
+                                 datetime.now(UTC))
+    assert status.phase == "Failed" or m.terminal_condition(status) is not None
+    assert m.terminal_condition(status).reason == "AgentFailed"
+    assert outcome.events[0][1] == "AgentFailed"

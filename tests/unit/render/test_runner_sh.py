@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -832,9 +833,100 @@ def test_a_base_forged_by_the_agent_spares_none_of_its_processes(runner: Runner,
     assert any("sleep 1000" in c for c in pod_like.live())
 
 
+# Issue 22 (class 2): processes that hid from the sweep's parsing of concatenated stat files.
+PY_NAMED = ("import os, time\n"
+            "open('/proc/self/comm', 'w').write({name!r})\n"
+            "while True:\n    open({out!r}, 'w').write('1')\n    time.sleep(0.05)\n")
+PY_ZOMBIE_LEADER = (
+    "import ctypes, os, threading, time\n"
+    "def forge():\n    while True:\n        open({out!r}, 'w').write('1')\n"
+    "        time.sleep(0.05)\n"
+    "threading.Thread(target=forge).start()\n"
+    "time.sleep(0.2)\n"
+    "ctypes.CDLL(None).pthread_exit(None)\n")  # the leader a zombie, its thread lives on
+
+
+@pytest.mark.parametrize("program", [
+    PY_NAMED.replace("{name!r}", repr("x\n1 (y) S 1 1 1")),  # a newline in its name
+    PY_NAMED.replace("{name!r}", repr(") ) Z 0 0")),  # parentheses and a state in its name
+    PY_ZOMBIE_LEADER,
+], ids=["newline-name", "parens-name", "zombie-leader"])
+def test_processes_that_hid_from_the_sweep_are_ended(runner: Runner, pod_like: PidNamespace,
+                                                     program: str) -> None:
+    runner.prefix = pod_like.enter()
+    out = runner.root / "forged"
+    script = runner.root / "forger.py"
+    script.write_text(program.replace("{out!r}", repr(str(out))))
+    result = runner.run_phase(phase(
+        f"setsid {sys.executable} {script} >/dev/null 2>&1 &\nsleep 0.5\n"), "agent")
+    assert result.exit_code == 0, result.output
+    assert out.exists(), result.output  # the forger ran
+    out.unlink()
+    time.sleep(0.3)
+    assert not out.exists(), "a process of the agent phase still writes"
+    assert pod_like.live() == []
+
+
+def test_what_an_image_process_starts_for_the_agent_is_ended_the_image_process_kept(
+        runner: Runner, pod_like: PidNamespace) -> None:
+    """An image daemon from before the first phase (the probe's httpd running a CGI script
+    from a folder the agent wrote, cron running the agent's crontab) starts a forger at the
+    agent's request: the daemon stays, the forger goes."""
+    runner.prefix = pod_like.enter()
+    trigger, out = runner.root / "trigger", runner.root / "forged"
+    daemon = runner.root / "daemon.sh"
+    daemon.write_text(f"while :; do if [ -f {trigger} ]; then rm -f {trigger}; "
+                      f"sh -c '{FORGER.format(out=out)}' & fi; sleep 0.05; done\n")
+    subprocess.run([*runner.prefix, "sh", "-c", f"setsid sh {daemon} >/dev/null 2>&1 &"],
+                   check=True)
+    time.sleep(0.05)
+    first = runner.launch("environment", phase("true"))
+    runner.wait("environment")
+    runner.launch("agent", phase(f"touch {trigger}; sleep 0.5"), base=first.base)
+    runner.wait("agent")
+    assert out.exists()
+    out.unlink()
+    time.sleep(0.3)
+    assert not out.exists(), "the forger the daemon started for the agent still writes"
+    live = pod_like.live()
+    assert [c for c in live if "daemon.sh" in c], live
+    assert not [c for c in live if "daemon.sh" not in c and "sleep" not in c], live
+
+
 def test_no_sweep_outside_a_pod(runner: Runner) -> None:
     """On a host (PID 1 is not pause) the sweep must end nothing: it would end every process
     started since the first phase, the machine's included."""
     pidfile = runner.root / "pid"
     runner.run_phase(phase(f"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}"))
     assert alive(int(pidfile.read_text()))
+
+
+# ---------------------------------------------------------------- artifacts, folders (issue 22)
+
+
+def test_artifacts_streams_the_packed_tar_within_its_limit_and_refuses_a_larger_one(
+        runner: Runner) -> None:
+    assert runner.run("artifacts", "100").returncode == 4  # nothing packed yet
+    runner.run_phase(phase("true"))  # the first launch makes the state folder
+    packed = bytes(range(256)) * 4
+    (runner.root / "state" / "artifacts.tar").write_bytes(packed)
+    got = runner.run("artifacts", str(len(packed)))
+    assert (got.returncode, got.stdout) == (0, packed)
+    over = runner.run("artifacts", str(len(packed) - 1))
+    assert over.returncode == 5 and over.stdout == b""
+    assert f"is {len(packed)} bytes, over the limit".encode() in over.stderr
+
+
+def test_the_first_launch_leaves_the_runner_s_folders_to_root_alone(runner: Runner) -> None:
+    runner.root.chmod(0o777)  # as the kubelet makes an emptyDir
+    runner.run_phase(phase("true"))
+    assert (runner.root.stat().st_mode & 0o7777) == 0o755
+    assert ((runner.root / "state").stat().st_mode & 0o7777) == 0o700
+    assert ((runner.root / "phases").stat().st_mode & 0o7777) == 0o711
+
+
+def test_a_phase_s_environment_file_is_gone_once_it_ends(runner: Runner) -> None:
+    """A shared verifier's [verifier.env] (a judge's key) is not left for the next step."""
+    result = runner.run_phase(phase("echo $JUDGE_KEY", env={"JUDGE_KEY": "judge-4d2"}), "s1-v")
+    assert result.output == "judge-4d2\n"
+    assert not list((runner.root / "phases" / "s1-v").glob("env*"))

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.taskformat.metrics import aggregate_rewards, eligible_k, pass_at_k
+from shipyard.taskformat.metrics import (
+    aggregate_mean,
+    aggregate_rewards,
+    eligible_k,
+    harbor_sum,
+    pass_at_k,
+)
 
 
 def _by_task(scenario: dict[str, list[float | None]]) -> dict[str, list[dict | None]]:
@@ -65,3 +71,39 @@ def test_mean_per_key_with_several_reward_keys() -> None:
     assert aggregate_rewards(multi) == {"a": 0.25, "b": 0.375}  # Harbor's values
     assert aggregate_rewards(multi, "max") == {"a": 1, "b": 1}
     assert aggregate_rewards([{"reward": 2}, None], "sum") == {"sum": 2}
+
+
+# Python 3.12's sum() (Harbor's) over these, as printed by CPython 3.12.1 (3.11's plain sum
+# gives 0.9999999999999999, 0.0, 0.0, 0.6000000000000001, 1.6 and 5.9).
+HARBOR_SUMS = [
+    ([0.1] * 10, "1.0"),
+    ([1e100, 1.0, -1e100], "1.0"),
+    ([1e100, 1, -1e100], "0.0"),  # an int after a float adds plainly, as CPython
+    ([0, 0.1, 0.2, 0.3], "0.6"),
+    ([True, 0.1, 0.2, 0.3], "1.6"),
+    ([0.05, 0.7, 0.6, 0.1, 0, 0.1, 0.1, 0.05, 0.9, 0, 0.05, 0.9, 0.6, 0.6, 0,
+      0.3, 0, 0.7, 0.15, 0], "5.8999999999999995"),
+]
+
+
+@pytest.mark.parametrize(("values", "expected"), HARBOR_SUMS)
+def test_harbor_sum_is_python_312s_sum(values, expected) -> None:
+    assert repr(harbor_sum(values)) == expected
+
+
+def test_harbor_sum_of_ints_stays_an_int() -> None:
+    assert harbor_sum([1, 2, True]) == 4 and isinstance(harbor_sum([1, 2]), int)
+    assert harbor_sum([]) == 0
+
+
+def test_pass_at_k_is_harbors_to_the_last_bit() -> None:
+    # Harbor 0.25 gives 0.875 here; a plain sum gives 0.8750000000000001.
+    by_task = {"t1": [{"r": 0}, {"r": 1}, {"r": 0}, {"r": 1}], "t2": [{"r": 1}] * 4,
+               "t3": [{"r": 0}, {"r": 1}, {"r": 1}, {"r": 0}],
+               "t4": [{"r": 0}, {"r": 1}, {"r": 0}, {"r": 1}]}
+    assert repr(pass_at_k(by_task)[2]) == "0.875"
+
+
+def test_mean_of_fractional_rewards_is_harbors() -> None:
+    rewards = [None, {"reward": 0.1}, {"reward": 0.2}, {"reward": 0.3}, {"reward": 0.7}]
+    assert repr(aggregate_mean(rewards)["mean"]) == "0.26"  # Harbor's Mean().compute

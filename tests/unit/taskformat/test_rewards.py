@@ -84,8 +84,17 @@ def test_invalid_json(json: bytes, message: str) -> None:
     assert info.value.harbor_exception == "VerifierOutputParseError"
 
 
-def test_huge_integers_are_finite() -> None:
-    assert parse_rewards(b'{"x": 1' + b"0" * 400 + b"}", None)["x"] == 10**400
+def test_integers_stay_integers_within_64_bits_and_beyond_are_refused_clearly() -> None:
+    """Harbor keeps `float | int`; an integer Kubernetes cannot store (beyond int64, or too
+    large even for a float: the driver used to fail on it forever) is a clear parse error."""
+    rewards = parse_rewards(b'{"a": 1, "b": 0.5, "c": true, "d": 9223372036854775807}', None)
+    assert rewards == {"a": 1, "b": 0.5, "c": 1, "d": 2**63 - 1}
+    assert [type(v) for v in rewards.values()] == [int, float, int, int]
+    for huge in (b"1" + b"0" * 400, b"9223372036854775808", b"-9223372036854775809"):
+        with pytest.raises(RewardFileInvalid, match="integer beyond 64 bits") as info:
+            parse_rewards(b'{"x": ' + huge + b"}", None)
+        assert info.value.harbor_exception == "VerifierOutputParseError"
+        assert len(str(info.value)) < 200
 
 
 @pytest.mark.parametrize(

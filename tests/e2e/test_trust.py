@@ -1,0 +1,310 @@
+"""Rewards that hold against a root agent, an unprivileged agent and a malicious task (issue 22),
+on the real local cluster. Each test is an attack of its own; every forger must be scored by the
+real test."""
+
+from __future__ import annotations
+
+import time
+
+from shipyard.api.conventions import LABEL_TRIAL, label_value
+from tests.e2e.conftest import TEST_IMAGE, brief, condition
+
+EXPECTED = "7c1e-answer-key"
+
+# A separate verifier that scores 1 only when an artifact holds the answer key (which only
+# /tests has), and says what it saw: its bash, /usr/bin and /logs untouched by the agent.
+SEPARATE_TEST = (
+    "#!/bin/bash\n"
+    "exp=$(cat /tests/expected.txt)\n"
+    'got=$(cat /app/out/answer.txt 2>/dev/null); note=$(cat /logs/artifacts/answer.txt '
+    "2>/dev/null)\n"
+    'echo "got=[$got] note=[$note]"\n'
+    'echo "tool=$(cat /app/out/bin/tool.sh 2>/dev/null) mode=$(stat -c %a /app/out/bin/tool.sh '
+    '2>/dev/null) deep=$(cat /app/out/a/b/c.txt 2>/dev/null)"\n'
+    'echo "links=$(find /app /logs/artifacts -type l 2>/dev/null | wc -l)"\n'
+    'echo "forged-bash=$(grep -c forged /usr/bin/bash /bin/bash 2>/dev/null | grep -vc :0)"\n'
+    'if [ -n "$exp" ] && { [ "$got" = "$exp" ] || [ "$note" = "$exp" ]; }; then echo 1; '
+    "else echo 0; fi > /logs/verifier/reward.txt\n"
+)
+
+
+def separate_task(user: str | None = None) -> dict[str, str]:
+    agent_user = f'user = "{user}"\n' if user else ""
+    return {
+        "task.toml": (
+            f'schema_version = "1.4"\nartifacts = ["/app/out"]\n[agent]\ntimeout_sec = 60\n'
+            f"{agent_user}"
+            '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
+            f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+        ),
+        "instruction.md": "Write the answer key into /app/out/answer.txt.\n",
+        "tests/test.sh": SEPARATE_TEST,
+        "tests/expected.txt": EXPECTED + "\n",
+        "solution/solve.sh": (
+            f"#!/bin/bash\nmkdir -p /app/out/bin /app/out/a/b && echo {EXPECTED} > "
+            "/app/out/answer.txt\nprintf 'echo tool' > /app/out/bin/tool.sh && chmod 750 "
+            "/app/out/bin/tool.sh\necho deep > /app/out/a/b/c.txt\n"
+        ),
+    }
+
+
+# A tar forged by the agent: the verifier's bash replaced, a reward planted, paths that climb
+# out, absolute names, and a link to the answer key.
+EVIL_TAR = r"""
+cat > /tmp/mk.py <<'EOF'
+import io, tarfile
+forge = b"#!/bin/sh\necho forged; echo 1 > /logs/verifier/reward.txt\n"
+with tarfile.open("/tmp/evil.tar", "w", format=tarfile.GNU_FORMAT) as t:
+    for name in ["bin/bash", "usr/bin/bash", "/usr/bin/bash", "app/out/../../usr/bin/bash",
+                 "logs/verifier/reward.txt", "tests/test.sh", "app/out/../../../tests/x"]:
+        i = tarfile.TarInfo(name); i.size = len(forge); i.mode = 0o4755
+        t.addfile(i, io.BytesIO(forge))
+    for name, target in [("app/out/answer.txt", "/tests/expected.txt"),
+                         ("logs/artifacts/answer.txt", "../../tests/expected.txt")]:
+        i = tarfile.TarInfo(name); i.type = tarfile.SYMTYPE; i.linkname = target; t.addfile(i)
+    i = tarfile.TarInfo("app/out/hard"); i.type = tarfile.LNKTYPE; i.linkname = "tests/expected.txt"
+    t.addfile(i)
+EOF
+python3 /tmp/mk.py
+"""
+
+AGENTS = {
+    # Links among its artifacts, to the answer key the verifier pod will have.
+    "links": ("mkdir -p /app/out; ln -s /tests/expected.txt /app/out/answer.txt; "
+              "ln -s /tests/expected.txt /logs/artifacts/answer.txt; "
+              "ln -s / /app/out/root; ln /etc/passwd /logs/artifacts/hard"),
+    # The image's tar replaced: the collect phase packs the agent's own tar.
+    "tar": EVIL_TAR + (
+        "cp /usr/bin/tar /usr/bin/tar.real\n"
+        "cat > /usr/bin/tar <<'EOF'\n#!/bin/sh\nfor a; do case $a in */artifacts.tar) "
+        "cp /tmp/evil.tar \"$a\"; exit 0;; esac; "
+        "done\nexec /usr/bin/tar.real \"$@\"\nEOF\nchmod 755 /usr/bin/tar\n"),
+    # The tar the runner reads written over, as root, and /shipyard's folders tampered with.
+    "swap": EVIL_TAR + (
+        "mkdir -p /shipyard/state; cp /tmp/evil.tar /shipyard/state/artifacts.tar; "
+        "cp /tmp/evil.tar /shipyard/artifacts.tar\n"
+        "(while sleep 0.05; do cp /tmp/evil.tar /shipyard/state/artifacts.tar; done) "
+        ">/dev/null 2>&1 &\nsleep 1"),
+    # The image's programs the runner and the operator use (sh, awk, tar, cat, su), replaced
+    # with forgers that still do their job otherwise (the runner keeps working for them).
+    "tools": EVIL_TAR + r"""
+B=/usr/local/bin
+real() { f=$(readlink -f "$(command -v "$1")"); cp "$f" "$B/$1.real"; echo "$f"; }
+put() { rm -f "$1"; cp "$2" "$1"; chmod 755 "$1"; }
+sh_=$(real sh); tar_=$(real tar); cat_=$(real cat); awk_=$(real awk); su_=$(real su)
+cat > /tmp/tar <<'X'
+#!/usr/local/bin/sh.real
+echo 1 > /logs/verifier/reward.txt 2>/dev/null
+for a; do
+  case $a in */artifacts.tar) /usr/local/bin/cat.real /tmp/evil.tar > "$a"; exit 0;; esac
+done
+exec /usr/local/bin/tar.real "$@"
+X
+cat > /tmp/cat <<'X'
+#!/usr/local/bin/sh.real
+case "$*" in
+  *artifacts.tar*) exec /usr/local/bin/cat.real /tmp/evil.tar;;
+  *reward*) echo 1; exit 0;;
+esac
+exec /usr/local/bin/cat.real "$@"
+X
+for p in awk su sh; do
+  printf '#!/usr/local/bin/sh.real\necho 1 > /logs/verifier/reward.txt 2>/dev/null\n' > /tmp/$p
+  echo "exec $B/$p.real \"\$@\"" >> /tmp/$p
+done
+put "$tar_" /tmp/tar; put "$cat_" /tmp/cat; put "$awk_" /tmp/awk; put "$su_" /tmp/su
+put "$sh_" /tmp/sh
+echo replaced: $sh_ $tar_ $cat_ $awk_ $su_
+""",
+}
+
+
+def _verifier_log(shipyard, trial: dict) -> str:
+    return shipyard.core.read_namespaced_config_map(
+        trial["status"]["logsConfigMap"], shipyard.namespace).data.get("verifier.log", "")
+
+
+def test_a_separate_verifier_gets_only_the_declared_artifacts_at_their_paths(shipyard):
+    """Harbor's behaviour kept: the oracle's artifacts (a folder with a script keeping its
+    mode and a nested folder) are re-materialised at their own paths; forgers, root or not,
+    are scored 0 by the real test and the verifier's own programs are untouched."""
+    shipyard.task("art", separate_task())
+    shipyard.task("art-nobody", separate_task("nobody"))
+    shipyard.trial("art-oracle", "art")
+    names = []
+    for name, command in AGENTS.items():
+        shipyard.trial(f"art-{name}", "art", {"name": "command", "command": command})
+        names.append(f"art-{name}")
+    # An unprivileged agent: links among its artifacts, and /shipyard written to.
+    shipyard.trial("art-nobody-links", "art-nobody", {"name": "command", "command": (
+        AGENTS["links"] + "; for d in /shipyard /shipyard/state /shipyard/phases; do "
+        "touch $d/planted 2>/dev/null && echo \"wrote $d\" || echo \"denied $d\"; done")})
+    oracle = shipyard.wait("art-oracle", timeout=180)
+    assert oracle["status"]["reward"] == 1.0, brief(oracle["status"])
+    log = _verifier_log(shipyard, oracle)
+    assert f"got=[{EXPECTED}]" in log and "tool=echo tool mode=750 deep=deep" in log, log
+    for name in [*names, "art-nobody-links"]:
+        trial = shipyard.wait(name, timeout=180)
+        assert trial["status"]["phase"] == "Completed", (name, brief(trial["status"]))
+        assert trial["status"]["reward"] == 0.0, (name, brief(trial["status"]))
+        log = _verifier_log(shipyard, trial)
+        assert "links=0" in log and "forged-bash=0" in log, (name, log)
+        assert "forged" not in log.replace("forged-bash", ""), (name, log)
+    nobody = shipyard.wait("art-nobody-links", timeout=10)
+    agent_log = shipyard.core.read_namespaced_config_map(
+        nobody["status"]["logsConfigMap"], shipyard.namespace).data["agent.log"]
+    for d in ("/shipyard", "/shipyard/state", "/shipyard/phases"):
+        assert f"denied {d}" in agent_log, agent_log
+    # What was left out is said in an Event of the trial.
+    skipped = [e.message for e in shipyard.events("art-tar") if e.reason == "ArtifactsSkipped"]
+    assert skipped and "not under a declared artifact path" in skipped[0], skipped
+
+
+def test_artifacts_over_the_limit_reach_no_verifier_and_say_why(shipyard):
+    """40 MB of artifacts (over the 32 MiB limit): the runner refuses to send them, the
+    verifier runs without them, an Event says how large they were; nothing hangs."""
+    files = separate_task()
+    shipyard.task("art-big", files)
+    shipyard.trial("art-big-cmd", "art-big", {"name": "command", "command": (
+        "mkdir -p /app/out && head -c 40000000 /dev/urandom > /app/out/big.bin")})
+    trial = shipyard.wait("art-big-cmd", timeout=240)
+    assert trial["status"]["phase"] == "Completed", brief(trial["status"])
+    assert trial["status"]["reward"] == 0.0
+    skipped = [e.message for e in shipyard.events("art-big-cmd")
+               if e.reason == "ArtifactsSkipped"]
+    assert skipped and "over the limit" in skipped[0], skipped
+    assert condition(trial, "Complete") is not None
+
+
+def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
+    """Class 6, a malicious task: an integer too large for a float in reward.json, and a
+    multi-step trial whose logs (3 steps x agent and verifier, 600 KB each) are over 1 MiB
+    in all. Both end, with a reason, and leave no pod running."""
+    big_int = "1" + "0" * 400
+    huge = {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": f"#!/bin/bash\necho '{{\"reward\": {big_int}}}' > "
+                         "/logs/verifier/reward.json\n",
+    }
+    shipyard.task("huge-int", huge)
+    steps = "".join(f'[[steps]]\nname = "s{i}"\n[steps.agent]\ntimeout_sec = 60.0\n'
+                    for i in range(3))
+    chatty = {"task.toml": (f'schema_version = "1.4"\n[verifier]\ntimeout_sec = 60\n'
+                            f'[environment]\ndocker_image = "{TEST_IMAGE}"\n' + steps)}
+    for i in range(3):
+        chatty[f"steps/s{i}/instruction.md"] = f"Step {i}.\n"
+        chatty[f"steps/s{i}/tests/test.sh"] = (
+            "#!/bin/bash\nhead -c 600000 /dev/zero | tr '\\0' v\necho 1 > "
+            "/logs/verifier/reward.txt\n")
+    shipyard.task("chatty", chatty)
+    shipyard.trial("huge-int-nop", "huge-int", {"name": "nop"})
+    shipyard.trial("chatty-cmd", "chatty", {
+        "name": "command", "command": "head -c 600000 /dev/zero | tr '\\0' a"})
+    huge_trial = shipyard.wait("huge-int-nop", timeout=120)
+    cond = condition(huge_trial, "Failed")
+    assert cond is not None and cond["reason"] == "RewardFileInvalid", brief(huge_trial["status"])
+    assert "beyond 64 bits" in cond["message"], cond
+    chatty_trial = shipyard.wait("chatty-cmd", timeout=240)
+    assert chatty_trial["status"]["phase"] == "Completed", brief(chatty_trial["status"])
+    assert chatty_trial["status"]["rewards"] == {"reward": 1}
+    logs = shipyard.core.read_namespaced_config_map(chatty_trial["status"]["logsConfigMap"],
+                                                    shipyard.namespace).data
+    assert len(logs) == 6 and all("truncated by shipyard" in v for v in logs.values()), list(logs)
+    for name in ("huge-int-nop", "chatty-cmd"):
+        assert no_pod_left(shipyard, name), name
+
+
+def no_pod_left(shipyard, trial: str, timeout: float = 30) -> bool:
+    """Within `timeout`, the trial's pods are all gone or going."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = shipyard.core.list_namespaced_pod(
+            shipyard.namespace, label_selector=f"{LABEL_TRIAL}={label_value(trial)}").items
+        if not [p for p in pods if not p.metadata.deletion_timestamp]:
+            return True
+        time.sleep(1)
+    return False
+
+
+KILL = ("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+        "case \"$c\" in {pattern}) echo \"killing $c\"; kill -9 ${{p#/proc/}};; esac; done; "
+        "sleep 20")
+
+
+def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
+    """Class 7: a losing agent kills its pod's keep-alive (root) or the probe container's
+    httpd (as nobody, the probe's own user): its failure, AgentFailed, not a retried PodLost,
+    although the Trial allows retries."""
+    test_sh = "echo 0 > /logs/verifier/reward.txt\n"
+    root = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+            "instruction.md": "Lose.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh}
+    # A long agent timeout: the pod gets the probe container (its httpd runs as nobody).
+    nobody = dict(root, **{"task.toml": root["task.toml"].replace(
+        "[agent]\ntimeout_sec = 60\n", '[agent]\ntimeout_sec = 600\nuser = "nobody"\n')})
+    shipyard.task("reroll", root)
+    shipyard.task("reroll-nobody", nobody)
+    shipyard.trial("reroll-root", "reroll", {"name": "command", "command": KILL.format(
+        pattern="'sleep infinity ')")}, retries=2)
+    shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "command": KILL.format(
+        pattern="httpd*")}, retries=2)
+    for name in ("reroll-root", "reroll-probe"):
+        trial = shipyard.wait(name, timeout=180)
+        failed = condition(trial, "Failed")
+        assert failed is not None and failed["reason"] == "AgentFailed", (
+            name, brief(trial["status"]))
+        assert "not retried" in failed["message"], failed
+        assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), name
+        assert no_pod_left(shipyard, name), name
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_a_gzip_bomb_task_bundle_is_refused_with_the_operator_s_memory_bounded(
+        operator, shipyard, namespace):
+    """Class 5: a ~500 KB bundle that decompresses to 512 MiB. The Task says why it is invalid,
+    a Trial of it fails TaskInvalid at once, and the operator's RSS grows by less than
+    100 MiB (the limit is 128 MiB, measured before anything is kept)."""
+    import base64
+    import gzip
+    import io
+    import tarfile
+
+    from shipyard.api.models import GROUP, VERSION
+    from shipyard.api.task_source import BUNDLE_KEY, split_bundle
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        info = tarfile.TarInfo("environment/big.bin")
+        info.size = 512 << 20
+        gz.write(info.tobuf(format=tarfile.GNU_FORMAT))
+        chunk = b"\0" * (1 << 20)
+        for _ in range(512):
+            gz.write(chunk)
+    bomb = buf.getvalue()
+    parts = split_bundle(bomb)
+    assert operator.proc is not None
+    before = _rss_kib(operator.proc.pid)
+    for i, part in enumerate(parts):
+        shipyard.core.create_namespaced_config_map(namespace, {
+            "metadata": {"name": f"bomb-files-{i}"},
+            "binaryData": {BUNDLE_KEY: base64.b64encode(part).decode()}})
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Task", "metadata": {"name": "bomb"},
+        "spec": {"source": {"configMap": {"name": "bomb-files", "parts": len(parts)}}}})
+    ready = condition(shipyard.wait_task("bomb"), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "TaskInvalid"), ready
+    assert "once decompressed (limit 128 MiB)" in ready["message"], ready
+    shipyard.trial("bomb-oracle", "bomb")
+    trial = shipyard.wait("bomb-oracle", timeout=60)
+    assert condition(trial, "Failed")["reason"] == "TaskInvalid", brief(trial["status"])
+    grown = _rss_kib(operator.proc.pid) - before
+    assert grown < 100 * 1024, f"the operator's RSS grew by {grown} KiB"
