@@ -160,11 +160,19 @@ def test_sidecar_artifact_reaches_the_separate_verifier_untouched_by_the_agent(s
         'if [ "$got" = good ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
     shipyard.task("evidence", files)
     shipyard.trial("evidence-cmd", "evidence", {"name": "command", "command": TAMPERING_AGENT})
+    # The same agent, still in its phase when the loop starts writing: the evidence is the
+    # sidecar's real state, so that tampering shows (reward 0).
+    shipyard.trial("evidence-late", "evidence",
+                   {"name": "command", "command": TAMPERING_AGENT + "sleep 3\n"})
     trial = shipyard.wait("evidence-cmd", timeout=300)
     status = trial["status"]
     assert status.get("reward") == 1.0, status
     logs = shipyard.core.read_namespaced_config_map(status["logsConfigMap"], shipyard.namespace)
     assert "the evidence: good" in logs.data["verifier.log"]
+    late = shipyard.wait("evidence-late", timeout=300)["status"]
+    assert late.get("reward") == 0.0, late
+    logs = shipyard.core.read_namespaced_config_map(late["logsConfigMap"], shipyard.namespace)
+    assert "the evidence: tampered" in logs.data["verifier.log"]
 
 
 def test_a_sidecar_that_crashes_mid_trial_is_restarted_with_its_volume(shipyard):
