@@ -888,6 +888,8 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
     what = Role(role).noun
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
+    if pod.service_failure:  # a one-shot service's failure also ends the pod (Failed)
+        return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
         ran = task_code_ran(status, plan, role, rec, sent) if pod.container_exit else None
