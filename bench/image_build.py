@@ -32,18 +32,12 @@ from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
-from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, buildctl  # noqa: E402
+from imagebuilds import BUILDKIT_ADDR, REGISTRY, buildctl  # noqa: E402
 from layout import Layout  # noqa: E402
+from operator_defaults import DEFAULTS  # noqa: E402
 
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
-OPERATOR_ENV = {
-    "SHIPYARD_BUILD_BACKEND": "buildkit",
-    "SHIPYARD_BUILD_REGISTRY": f"{REGISTRY}/shipyard-bench",
-    "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
-    "SHIPYARD_BUILDKIT_ADDR": BUILDKIT_ADDR,
-    "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
-    "SHIPYARD_BUILD_HOST_NETWORK": "1",
-}
+OPERATOR_ENV = {**DEFAULTS, "SHIPYARD_BUILD_REGISTRY": f"{REGISTRY}/shipyard-bench"}
 
 
 def dockerfile(nonce: str) -> str:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterdns import kubelet_settings as kubelet_dns_settings
 from imagebuilds import buildkitd_argv, registry_argv
 from imagebuilds import write_configs as write_build_configs
 from kubeproxy import apiserver_network_flags, kube_proxy_argv, write_kube_proxy_config
@@ -21,6 +22,8 @@ from layout import (
     SERVICE_CIDR,
     Layout,
 )
+from mirrors import containerd_settings as containerd_mirror_settings
+from mirrors import write_hosts as write_mirror_hosts
 from pki import kubeconfig
 
 APISERVER_URL = f"https://127.0.0.1:{APISERVER_PORT}"
@@ -45,6 +48,7 @@ def write_configs(layout: Layout) -> None:
     write_kube_proxy_config(layout)
     (layout.cni_conf / "10-shipyard.conflist").write_text(json.dumps(_cni_config(layout), indent=2))
     write_build_configs(layout)
+    write_mirror_hosts(layout)
 
 
 def _containerd_config(layout: Layout) -> str:
@@ -62,7 +66,7 @@ state = "{layout.run / 'containerd'}"
     conf_dir = "{layout.cni_conf}"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
-"""
+{containerd_mirror_settings(layout)}"""
 
 
 def _kubelet_config(layout: Layout) -> str:
@@ -84,8 +88,7 @@ failCgroupV1: false
 failSwapOn: false
 oomScoreAdj: 0
 containerRuntimeEndpoint: unix://{layout.containerd_sock}
-clusterDNS: []
-imageGCHighThresholdPercent: 100
+{kubelet_dns_settings()}imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}
 maxPods: 250

@@ -86,6 +86,80 @@ STAND_INS = {
                                           "3.13-slim-bookworm")],
     ),
 }
+_APT = ("RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends {} >/dev/null && rm -rf /var/lib/apt/lists/*\n")
+# Go from the Go module proxy's toolchain modules (golang.org/toolchain), the real release;
+# the module zips keep no file modes, so bin/ and pkg/tool/ are made executable (as `go` does).
+_GO = ('RUN python3 -c "import io, os, urllib.request, zipfile; '
+       "v='{v}'; p='golang.org/toolchain@v0.0.1-go'+v+'.linux-amd64/'; "
+       "z=zipfile.ZipFile(io.BytesIO(urllib.request.urlopen('https://proxy.golang.org/"
+       "golang.org/toolchain/@v/v0.0.1-go'+v+'.linux-amd64.zip').read())); "
+       "[(z.extract(i, '/tmp/go'), os.chmod('/tmp/go/'+i.filename, 0o755 if '/bin/' in "
+       "i.filename or '/pkg/tool/' in i.filename else 0o644)) for i in z.infolist() "
+       "if not i.is_dir()]; os.rename('/tmp/go/'+p, '/usr/local/go')\" "
+       "&& rm -rf /tmp/go\n"
+       "ENV GOPATH=/go PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:"
+       "/usr/sbin:/usr/bin:/sbin:/bin\n")
+for _minor, _patch in (("1.25", "1.25.0"), ("1.24", "1.24.0")):
+    STAND_INS[f"golang-{_minor}"] = (
+        f"FROM {BASE_REPO}\n" + _TRUST
+        + _APT.format("ca-certificates git gcc libc6-dev make curl") + _GO.format(v=_patch)
+        + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Go {_patch} from the Go module proxy\'s '
+        'toolchain module: a local test stand-in, not the upstream golang image"\n',
+        [f"library/golang:{t}" for t in (_minor, f"{_minor}-bookworm", _patch,
+                                          f"{_patch}-bookworm")]
+        + ([f"library/golang:{t}" for t in ("1", "latest", "bookworm", "1-bookworm")]
+           if _minor == "1.25" else []))
+STAND_INS["node"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates nodejs npm git curl")
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s nodejs (18) and npm, whatever '
+    'the tag says: a local test stand-in, not the upstream node image"\n',
+    [f"library/node:{v}{s}" for v in ("18", "20", "22", "24", "lts", "latest")
+     for s in ("", "-slim", "-bookworm", "-bookworm-slim")])
+_APK = """\
+COPY <<'EOF' /sbin/apk
+#!/bin/sh
+# A stand-in's apk: `apk add`/`del`/`update` with the Debian packages of the same names.
+cmd=$1; [ $# -gt 0 ] && shift
+pkgs=; skip=
+for a in "$@"; do
+  if [ -n "$skip" ]; then skip=; continue; fi
+  case "$a" in --virtual|-t|--repository|-X) skip=1 ;; -*) ;; *) pkgs="$pkgs $a" ;; esac
+done
+export DEBIAN_FRONTEND=noninteractive
+case "$cmd" in
+  add) apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs ;;
+  del) apt-get remove -y -qq $pkgs ;;
+  update) apt-get update -qq ;;
+  *) echo "stand-in apk: '$cmd' is not supported" >&2; exit 1 ;;
+esac
+EOF
+RUN chmod +x /sbin/apk
+"""
+STAND_INS["alpine"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APK
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm posing as Alpine (its apk installs Debian '
+    'packages of the same names): a local test stand-in, not the upstream alpine image"\n',
+    [f"library/alpine:{t}" for t in ("3.18", "3.19", "3.20", "3.21", "3.22", "latest")])
+# uv's image holds /uv and /uvx (for `COPY --from=ghcr.io/astral-sh/uv`): the same binaries
+# from uv's wheel on PyPI.
+UV_VERSION = "0.9.7"
+_UV = (f"RUN pip install --break-system-packages --no-cache-dir -q uv=={UV_VERSION} "
+       "&& cp /usr/local/bin/uv /usr/local/bin/uvx / && /uv --version\n")
+STAND_INS["uv"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates python3-pip") + _UV
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with /uv and /uvx {UV_VERSION} from uv\'s wheel '
+    'on PyPI: a local test stand-in, not the upstream uv image"\n',
+    [f"ghcr.io/astral-sh/uv:{t}" for t in ("latest", UV_VERSION, UV_VERSION.rsplit(".", 1)[0])])
+STAND_INS["t-bench"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST
+    + _APT.format("ca-certificates tmux curl python3-pip python3-venv")
+    + "ENV PIP_BREAK_SYSTEM_PACKAGES=1\n"
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with tmux, curl and Debian\'s python3 (3.11) in '
+    'place of the terminal-bench base images: a local test stand-in"\n',
+    ["ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest",
+     "ghcr.io/laude-institute/t-bench/python-3-13:latest",
+     "ghcr.io/laude-institute/t-bench/python-3-13:20250620"])
 
 
 def buildkit_dir(layout: Layout) -> Path:

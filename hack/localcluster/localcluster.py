@@ -30,7 +30,10 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+import clusterdns
 import kueue
+import mirrors
+import operator_defaults
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_healthy,
@@ -328,6 +331,9 @@ def up() -> int:
     began = time.monotonic()
     t = Timings()
     if update_in_place(layout) and healthy_within(layout, 15):
+        ensure_mirrors(layout)
+        ensure_cluster_dns(layout)
+        ensure_seeds(layout)
         ensure_kueue(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
@@ -358,6 +364,7 @@ def up() -> int:
     with t.stage("containerd"):
         start(layout, "containerd", procs["containerd"].argv, pids)
         wait_until(layout, "containerd", pids, lambda: containerd_serving(layout), 30)
+        mirrors.record(layout, pids["containerd"])
     with t.stage("etcd"):
         start(layout, "etcd", procs["etcd"].argv, pids)
     with t.stage("images (import)"):
@@ -388,6 +395,8 @@ def up() -> int:
         )
     with t.stage("base image stand-ins"):
         ensure_seeds(layout)
+    with t.stage("cluster DNS (CoreDNS)"):
+        ensure_cluster_dns(layout)
     with t.stage("kueue, node accelerators"):
         ensure_kueue(layout)
     print(
@@ -436,6 +445,53 @@ def update_in_place(layout: Layout) -> bool:
     return True
 
 
+def ensure_mirrors(layout: Layout) -> None:
+    """The registry mirrors' hosts files (mirrors.py); a containerd that started before they
+    were configured is restarted once to read its `config_path`."""
+    mirrors.write_hosts(layout)
+    pid = read_pids(layout).get("containerd")
+    if pid is not None and not mirrors.loaded_by(layout, pid):
+        (layout.state / "containerd.toml").write_text(_containerd_toml(layout))
+        print("  restarting containerd once: it started without the registry mirrors",
+              flush=True)
+        restart("containerd")
+        mirrors.record(layout, read_pids(layout)["containerd"])
+
+
+def _containerd_toml(layout: Layout) -> str:
+    from components import _containerd_config
+
+    return _containerd_config(layout)
+
+
+def ensure_cluster_dns(layout: Layout) -> None:
+    """CoreDNS and the kube-dns Service (clusterdns.py); a kubelet started before the cluster
+    had DNS is restarted once to read its `clusterDNS`."""
+    try:
+        clusterdns.apply(layout, str(layout.binary("kubectl")))
+        operator_defaults.apply(layout, str(layout.binary("kubectl")))
+    except (RuntimeError, BuildError) as e:
+        raise ClusterError(str(e)) from None
+    if not clusterdns.kubelet_has_cluster_dns(_kubelet_configz(layout)):
+        from components import _kubelet_config
+
+        (layout.state / "kubelet.yaml").write_text(_kubelet_config(layout))
+        print("  restarting kubelet once: it started without the cluster DNS", flush=True)
+        restart("kubelet")
+
+
+def _kubelet_configz(layout: Layout) -> dict:
+    """The running kubelet's configuration, from its own /configz (the apiserver's node proxy
+    refuses the loopback node address); {} when it does not answer."""
+    ctx = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    ctx.load_cert_chain(str(layout.pki / "apiserver-kubelet-client.crt"),
+                        str(layout.pki / "apiserver-kubelet-client.key"))
+    try:
+        with urllib.request.urlopen("https://127.0.0.1:10250/configz", context=ctx,
+                                    timeout=10) as resp:
+            return json.loads(resp.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return {"kubeletconfig": {"clusterDNS": ["unknown"]}}  # not known: no restart
 def ensure_kueue(layout: Layout) -> None:
     """Kueue and the node's accelerators (kueue.py), added to a running cluster as needed."""
     kueue.ensure(layout, start, read_pids(layout), alive)
@@ -599,9 +655,11 @@ def status() -> int:
     return 0 if ready else 1
 
 
-RESTARTABLE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
-               "kube-proxy", "kube-router", "registry", "buildkitd")
-"""containerd is not: pods' containers would go with it, which is a node reboot, not a restart."""
+RESTARTABLE = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager",
+               "kube-scheduler", "kubelet", "kube-proxy", "kube-router", "registry", "buildkitd")
+"""containerd is stopped alone (its pid, not its process group): the containers' shims, in
+process groups of their own, keep the pods running while it restarts, as on a node where
+containerd's service is restarted."""
 
 
 def restart(name: str, kill: bool = False) -> int:
@@ -616,7 +674,9 @@ def restart(name: str, kill: bool = False) -> int:
     component = next(c for c in components(layout) if c.name == name)
     began, since = time.monotonic(), time.time()
     pid = pids.pop(name)
-    if kill:
+    if name == "containerd":
+        _stop_alone(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    elif kill:
         with suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     else:
@@ -627,6 +687,7 @@ def restart(name: str, kill: bool = False) -> int:
         time.sleep(0.05)
     start(layout, name, component.argv, pids)
     checks = {
+        "containerd": lambda: containerd_serving(layout),
         "etcd": _etcd_healthy,
         "kube-apiserver": lambda: apiserver_ready(layout),
         "kubelet": lambda: _kubelet_serving(layout, since),
@@ -639,6 +700,18 @@ def restart(name: str, kill: bool = False) -> int:
     print(f"{name} restarted ({'SIGKILL' if kill else 'SIGTERM'}): serving again after "
           f"{time.monotonic() - began:.1f}s")
     return 0
+
+
+def _stop_alone(pid: int, sig: int) -> None:
+    """Signal only `pid` (not its process group) and wait for it to exit (SIGKILL after 10 s)."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with suppress(ProcessLookupError):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _all_threads_gone(pid: int) -> bool:
@@ -674,6 +747,10 @@ def env() -> int:
     layout = Layout.default()
     print(f"export KUBECONFIG={layout.kubeconfig}")
     print(f"export PATH={layout.bin}:$PATH")
+    # What an operator run by hand uses here: it reads them from the cluster (commented out, so
+    # that an `eval` does not hand them to every process of the shell, test operators included).
+    print("# `shipyard operator` run by hand reads these from kube-public/shipyard-localcluster:")
+    print("\n".join(f"#   {line}" for line in operator_defaults.exports()))
     return 0
 
 

@@ -110,6 +110,7 @@ class Component(StrEnum):
     NETWORK_POLICY = "network-policy"
     NETWORK_BASELINE = "network-baseline"
     TASK_BUNDLE = "task-bundle"
+    ARTIFACTS = "artifacts"
 
 
 POD_COMPONENTS = (Component.ENVIRONMENT, Component.VERIFIER)
@@ -225,6 +226,12 @@ def workload_name(trial_name: str, uid: str, attempt: int) -> str:
 
 def logs_configmap_name(trial_name: str) -> str:
     return dns_name(trial_name, "logs")
+
+
+def artifacts_configmap_name(trial_name: str, part: int) -> str:
+    """A part of the agent environment's artifacts, kept for the last step's separate verifier
+    once the environment pod is gone."""
+    return dns_name(trial_name, f"artifacts-{part}")
 
 
 def runner_configmap_name(script: str) -> str:

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     ENVIRONMENT_STARTING = "EnvironmentStarting"
     WAITING_FOR_TASK = "WaitingForTask"
     WAITING_FOR_IMAGE = "WaitingForImage"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
     RETRYING = "Retrying"
     QUEUED = "Queued"  # waits for Kueue's admission (the Queued condition has Kueue's word)
     HEALTHCHECK_RUNNING = "HealthcheckRunning"
@@ -124,7 +125,7 @@ SWEEP_REASONS = frozenset({
 RETRYABLE = frozenset({Reason.POD_LOST, Reason.IMAGE_PULL_FAILED})
 """Infrastructure failures that a Trial's `retries` retry with a new pod."""
 WAITING = frozenset({Reason.WAITING_FOR_TASK, Reason.WAITING_FOR_IMAGE, Reason.RETRYING,
-                     Reason.QUEUED})
+                     Reason.QUEUED, Reason.WAITING_FOR_CAPACITY})
 """Running=False/True reasons of a trial that waits rather than runs a phase."""
 
 

@@ -145,16 +145,25 @@ def _step_key(step: str) -> str:
 
 
 @click.command("logs")
-@click.argument("trial")
+@click.argument("trial", required=False)
 @click.option("--phase", type=click.Choice(["agent", "verifier"]), default=None,
               help="Only this phase's log.")
 @click.option("--step", default=None, help="Only this step of a multi-step trial.")
+@click.option("--build", "build", default=None, metavar="JOB",
+              help="Instead: the whole log of an image build Job (named in ImageBuildFailed).")
 @NAMESPACE_OPTION
-def logs_cmd(trial: str, phase: str | None, step: str | None, namespace: str | None) -> None:
-    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap)."""
+def logs_cmd(trial: str | None, phase: str | None, step: str | None, build: str | None,
+             namespace: str | None) -> None:
+    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap), or with --build
+    the log of an image build."""
     from shipyard.kube.trials import configmap_data, get
 
     ns = namespace_or_default(namespace)
+    if build is not None:
+        _build_log(ns, build)
+        return
+    if trial is None:
+        fail("name a TRIAL (or an image build with --build JOB)")
     obj = get("trials", ns, trial)
     if obj is None:
         fail(f"trial {trial} not found in namespace {ns}")
@@ -174,6 +183,16 @@ def logs_cmd(trial: str, phase: str | None, step: str | None, namespace: str | N
         if not text and len(keys) > 1:
             text = "(empty)\n"
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _build_log(namespace: str, job: str) -> None:
+    from shipyard.kube.image_builds import job_log
+    from shipyard.render.build_job import BUILD_CONTAINER
+
+    text = job_log(namespace, job, BUILD_CONTAINER)
+    if text is None:
+        fail(f"image build Job {job} (or its pod) not found in namespace {namespace}")
+    click.echo(text, nl=not text.endswith("\n"))
 
 
 # ---------------------------------------------------------------- results

@@ -253,7 +253,11 @@ def job_result(trials: list[Mapping[str, Any]], tasks: Mapping[str, Mapping[str,
                       pending=phases.count("Pending") + phases.count("Queued"),
                       retries=sum(len((t.get("status") or {}).get("attempts") or [])
                                   for t in trials))
-    return job_document(results, stats, now, job_id)
+    job = job_document(results, stats, now, job_id)
+    # required by Harbor's JobResult: when no trial started yet, when the first was created
+    created = [t["metadata"].get("creationTimestamp") for t in trials]
+    job["started_at"] = job["started_at"] or min((c for c in created if c), default=iso(now))
+    return job
 
 
 def task_of(trial: Mapping[str, Any], tasks: Mapping[str, Mapping[str, Any]]

@@ -23,6 +23,7 @@ from shipyard.taskformat import (
     load_task_config,
     load_task_dir,
     resolve_network_plan,
+    runnable,
     step_settings,
     task_config_json,
 )
@@ -99,9 +100,21 @@ def lint(path: Path) -> None:
             warnings = lint_task(load_task_dir(path))
         else:
             warnings = lint_config(_read_config_file(path), str(path))
+        verdicts = runnable.verdicts(load_task_dir(path)) if path.is_dir() else []
         for warning in warnings:
             click.echo(f"warning: {_where(path, warning.file, warning.field)}: {warning.message}")
-        click.echo(f"{path}: ok, {len(warnings)} warning(s)")
+        for v in verdicts:
+            click.echo(f"{'refused' if v.refused else 'note'}: "
+                       f"{_where(path, v.file, v.field)}: {v.message}")
+        refused = [v for v in verdicts if v.refused]
+        if refused:
+            click.echo(f"error: {path}: valid, but Shipyard will not run it ({len(refused)} "
+                       "reason(s) above): its Task is not Ready and its trials fail "
+                       "TaskInvalid", err=True)
+            raise SystemExit(1)
+        notes = [v for v in verdicts if not v.refused]
+        click.echo(f"{path}: ok, {len(warnings)} warning(s)"
+                   + (f", {len(notes)} note(s) on how it will run" if notes else ""))
 
 
 def _push_warnings(directory: Path) -> list:

@@ -3,17 +3,29 @@ operator starts; every handler reads them from here."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
-from shipyard.plan.settings import OperatorSettings
+from shipyard.kube import local_defaults
+from shipyard.plan.settings import IN_POD_ENV, OperatorSettings, with_cluster_defaults
 
 _settings: OperatorSettings | None = None
 
 
 def load(environ: Mapping[str, str] | None = None) -> OperatorSettings:
+    """From `environ`; by default the process's environment over the defaults the cluster
+    publishes for an operator run by hand (`plan.settings.with_cluster_defaults`)."""
     global _settings
-    _settings = OperatorSettings.from_env(os.environ if environ is None else environ)
+    if environ is None:
+        published = {} if IN_POD_ENV in os.environ else local_defaults.published()
+        environ = with_cluster_defaults(os.environ, published)
+        taken = sorted(k for k in published if k.startswith("SHIPYARD_") and k not in os.environ)
+        if taken:
+            logging.getLogger(__name__).info(
+                f"settings from the cluster's {local_defaults.NAMESPACE}/{local_defaults.NAME}"
+                f" (set them to override): {', '.join(taken)}")
+    _settings = OperatorSettings.from_env(environ)
     return _settings
 
 

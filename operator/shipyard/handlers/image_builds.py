@@ -296,10 +296,12 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
     job = kube_builds.get_job(ns, status.job_name)
     pods = kube_builds.job_pods(ns, job) if job is not None else []
     seen = machine.observe_job(job, pods, datetime.now(UTC))
-    if seen.state == "failed" and not seen.log_tail and pods:
-        # The pod's status may not carry its termination message yet: read the log itself.
-        tail = kube_builds.pod_log_tail(ns, pods[0]["metadata"]["name"], BUILD_CONTAINER)
-        seen = machine.JobObservation(seen.state, seen.reason, tail)
+    if seen.state == "failed" and pods:
+        # The log itself: the termination message is only its last 2 KiB, which a failed
+        # step's own output (above buildkit's Dockerfile excerpt) does not fit in.
+        log = kube_builds.pod_log_tail(ns, pods[0]["metadata"]["name"], BUILD_CONTAINER,
+                                       machine.LOG_LINES)
+        seen = machine.JobObservation(seen.state, seen.reason, log or seen.log_tail)
     if seen.state == "missing":  # deleted by hand: build again
         kube_builds.create_job(build_job(build, settings))
         return status
@@ -309,7 +311,7 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
             digest = manifest_digest(spec.ref, settings.insecure_registry)
         except RegistryUnavailable:
             digest = None
-    return machine.on_job(status, spec, seen, digest, now_iso())
+    return machine.on_job(status, spec, seen, digest, now_iso(), ns)
 
 
 async def _apply(build: dict[str, Any], retry: int = 0) -> None:

@@ -11,12 +11,13 @@ import kopf
 from shipyard.api.conventions import condition, iso, object_conditions
 from shipyard.api.models import GROUP, VERSION, TaskStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers import metrics
+from shipyard.handlers import config, metrics
 from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
 from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.kube import events as kube_events
 from shipyard.kube import objects
 from shipyard.reconcile import task_status as computed
+from shipyard.taskformat import runnable
 
 RECHECK_SEC = 10.0
 
@@ -74,5 +75,11 @@ async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]
         task = await asyncio.to_thread(load_task, dict(body))
     except TaskUnavailable as e:
         return computed.invalid(previous, generation, e.reason, e.message, now)
-    status, event = computed.valid(previous, generation, task, now)
+    verdicts = runnable.verdicts(
+        task, bool(config.current().scheduling.pod_defaults.image_pull_secrets))
+    refused = runnable.refused_message(verdicts)
+    if refused is not None:  # it loads, but this operator will not run it: say so now
+        return computed.invalid(previous, generation, Reason.TASK_INVALID, refused, now)
+    status, event = computed.valid(previous, generation, task, now,
+                                   notes=[str(v) for v in verdicts])
     return await ensure_task_images(dict(body), task, status), event

@@ -30,6 +30,7 @@ from shipyard.api.conventions import (
     CANCEL_ANNOTATION,
     LABEL_NETWORK,
     Role,
+    artifacts_configmap_name,
     cancel_requested,
     event_name,
     iso,
@@ -43,11 +44,14 @@ from shipyard.handlers import image_builds
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
+from shipyard.kube import artifacts as kube_artifacts
 from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
+from shipyard.kube import nodes as kube_nodes
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import (
@@ -57,6 +61,7 @@ from shipyard.plan.phases import (
     TrialPlan,
     VerifierEnvironmentScript,
     build_plan,
+    check_runnable,
 )
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import exec_policy
@@ -70,6 +75,7 @@ from shipyard.render.artifact_bundle import (
     CleanArtifacts,
     clean_artifacts,
 )
+from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
@@ -113,6 +119,9 @@ class TrialDriver:
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
         self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
+        # Pods into which a launch of task code was sent (its answer may never come: the
+        # container may end during it): their container's end is that code's failure.
+        self.task_code_sent: set[str] = set()
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
@@ -222,10 +231,12 @@ class TrialDriver:
             if self.settings.error:
                 raise PlanError(Reason.TRIAL_INVALID, f"operator settings: {self.settings.error}")
             self.network = await self.call(cluster_network_settings, self.settings.network)
+            check_runnable(task, spec, self.settings.scheduling)  # before building its images
             images = await self.wait_for_images(spec, task)
+            nodes = node_capacities(await self.call(kube_nodes.allocatable))
             plan = build_plan(task, spec, self.settings.task_env, self.network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
-                              images)
+                              images, nodes)
             self.kueue = await kueue.gate_for(self)
         except TaskUnavailable as e:
             await self.fail_now(e.reason, e.message)
@@ -313,7 +324,8 @@ class TrialDriver:
                 await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
                 pods = await self.observe(force=True)
                 continue
-            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries)
+            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries,
+                                                           frozenset(self.task_code_sent))
             if decided is not None:
                 await self.save(decided, outcome)
             match action:
@@ -334,8 +346,11 @@ class TrialDriver:
                         pods = await self.observe(force=True)
                         continue
                     pods = await self.observe()
-                case machine.StopPod(role=role):
+                case machine.StopPod(role=role, keep_artifacts=keep_artifacts):
                     name = machine.pod_name(self.status, role)
+                    if name and keep_artifacts and not await self.keep_artifacts(name):
+                        pods = await self.observe(force=True)
+                        continue
                     if name and not keep:
                         await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
@@ -516,6 +531,43 @@ class TrialDriver:
         self.logger.info(f"pod {pod}: network policy {key} ({why})")
         return True
 
+    async def read_artifacts(self, pod: str) -> kube_runner.Reply:
+        """The tar the collect phase packed in the environment pod (bounded by the limit)."""
+        runner = self.pod_runners.get(pod)
+        current = runner is None or runner == runner_configmap_name()
+        return await self.exec_call(kube_runner.artifacts, self.namespace, pod,
+                                    ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES, ARTIFACTS_TAR,
+                                    current)
+
+    async def keep_artifacts(self, pod: str) -> bool:
+        """The artifacts the collect phase packed in the environment pod, kept in ConfigMaps
+        of the trial's before the pod goes (cleaned when the verifier is set up, as when read
+        from the pod); False when the exec did not run (look again)."""
+        reply = await self.read_artifacts(pod)
+        if reply.state == "ok":
+            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, reply.stdout))
+        elif reply.state == "gone":
+            # Deleted already (an operator stopped between the delete and its record): what it
+            # packed was kept before the delete.
+            self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
+        elif reply.exit_code is None:
+            return False
+        else:
+            self.logger.warning(f"no artifacts from {pod}: {reply.error}")
+        return True
+
+    async def kept_artifacts(self) -> bytes | None:
+        name = self.body["metadata"]["name"]
+        first = await self.call(kube_artifacts.load, self.namespace,
+                                [artifacts_configmap_name(name, 0)])
+        if not first:
+            return None
+        names = [artifacts_configmap_name(name, i) for i in range(1, parts_of(first[0]))]
+        rest = await self.call(kube_artifacts.load, self.namespace, names) if names else []
+        if rest is None:
+            return None
+        return b"".join(part_bytes(cm) for cm in [*first, *rest])
+
     async def bundle(self, phase_id: str, phase: PhaseSpec) -> bytes | kube_runner.Reply:
         """The phase's bundle; a separate verifier's first phase also carries the agent
         environment's artifacts, packed by the collect phase (read now, so a restarted
@@ -523,21 +575,22 @@ class TrialDriver:
         files and folders under the declared paths only, within the size limit). The failed
         read's reply when that exec failed."""
         script = phase.script
-        if isinstance(script, VerifierEnvironmentScript) and self.status.pod_name:
+        if isinstance(script, VerifierEnvironmentScript):
             pod = self.status.pod_name
-            runner = self.pod_runners.get(pod)
-            current = runner is None or runner == runner_configmap_name()
-            reply = await self.exec_call(kube_runner.artifacts, self.namespace, pod,
-                                         ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES,
-                                         ARTIFACTS_TAR, current)
-            if reply.exit_code is None:
-                return reply  # the exec did not run: this attempt failed
+            if pod:
+                reply = await self.read_artifacts(pod)
+                if reply.exit_code is None:
+                    return reply  # the exec did not run: this attempt failed
+                raw = reply.stdout if reply.state == "ok" else None
+                problem = reply.error if reply.state != "ok" else ""
+            else:  # stopped before the last step's verifier: what was kept from it
+                pod = "the environment pod (stopped)"
+                raw = await self.kept_artifacts()
+                problem = "" if raw is not None else "none were kept before it was stopped"
             clean: CleanArtifacts | None = None
-            problem = reply.error if reply.state != "ok" else ""
-            if reply.state == "ok":
+            if raw is not None:
                 try:
-                    clean = await asyncio.to_thread(clean_artifacts, reply.stdout,
-                                                    script.artifacts)
+                    clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
                 except ArtifactsRefused as e:
                     problem = str(e)
             if clean is not None:
@@ -620,6 +673,8 @@ class TrialDriver:
         if command != "launch":
             return await self.exec_call(kube_runner.result, self.namespace, pod_name,
                                         phases[0], limit)
+        if any(plan.phase(p).name not in machine.OWN_PHASES for p in phases):
+            self.task_code_sent.add(pod_name)
         bundles = []
         for phase_id in phases:
             bundle = await self.bundle(phase_id, plan.phase(phase_id))

@@ -80,3 +80,18 @@ def pod_log_tail(namespace: str, pod: str, container: str, lines: int = 40) -> s
                                               tail_lines=lines)
     except ApiException:
         return ""
+
+
+def job_log(namespace: str, job_name: str, container: str) -> str | None:
+    """The whole log of a build Job's container (its newest pod); None when the Job or its pod
+    is gone."""
+    job = get_job(namespace, job_name)
+    pods = job_pods(namespace, job) if job is not None else []
+    if not pods:
+        return None
+    pods.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    try:
+        return core().read_namespaced_pod_log(pods[-1]["metadata"]["name"], namespace,
+                                              container=container)
+    except ApiException:
+        return None

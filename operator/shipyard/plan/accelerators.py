@@ -186,6 +186,11 @@ class PodOverrides:
     default_requests: dict[str, str] = field(default_factory=dict)
     """Operator-wide requests (cpu, memory) for pods whose task sets none."""
     image_pull_secrets: tuple[str, ...] = ()
+    cpu_request_ratio: float = 1.0
+    """Operator-wide: a task's CPU request is its declared cpus times this (the limit stays
+    as declared), e.g. 0.25 on a laptop cluster (`plan.capacity.cpu_request_millis`)."""
+    cpu_request_max_millis: int | None = None
+    """Operator-wide: and at most this many millicores (None: no cap)."""
 
     def under(self, trial: PodOverrides) -> PodOverrides:
         """These operator-wide defaults with a Trial's settings on top: the Trial's node
@@ -200,6 +205,8 @@ class PodOverrides:
             default_requests={**self.default_requests, **trial.default_requests},
             image_pull_secrets=tuple(dict.fromkeys(self.image_pull_secrets
                                                    + trial.image_pull_secrets)),
+            cpu_request_ratio=self.cpu_request_ratio,
+            cpu_request_max_millis=self.cpu_request_max_millis,
         )
 
 
@@ -216,6 +223,8 @@ POD_DEFAULTS_ENV = {
     "cpu": "SHIPYARD_TRIAL_DEFAULT_CPU",  # a Kubernetes quantity
     "memory": "SHIPYARD_TRIAL_DEFAULT_MEMORY",
     "image_pull_secrets": "SHIPYARD_IMAGE_PULL_SECRETS",  # comma separated Secret names
+    "cpu_request_ratio": "SHIPYARD_TRIAL_CPU_REQUEST_RATIO",  # 0 < ratio <= 1
+    "cpu_request_max": "SHIPYARD_TRIAL_CPU_REQUEST_MAX",  # a CPU quantity: "500m", "1"
 }
 LOG_LIMIT_ENV = "SHIPYARD_LOG_LIMIT_BYTES"
 DEFAULT_LOG_LIMIT_BYTES = 256 * 1024
@@ -235,6 +244,30 @@ def _json_env(environ: Mapping[str, str], name: str, kind: type) -> Any:
         expected = "object of strings" if kind is dict else "list of tolerations"
         raise ValueError(f"{name}: expected a JSON {expected}, got {raw[:100]!r}")
     return value
+
+
+def _cpu_request_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    from shipyard.plan.capacity import parse_cpu
+
+    settings: dict[str, Any] = {}
+    name = POD_DEFAULTS_ENV["cpu_request_ratio"]
+    raw = (environ.get(name) or "").strip()
+    if raw:
+        try:
+            ratio = float(raw)
+        except ValueError:
+            ratio = -1.0
+        if not 0 < ratio <= 1:
+            raise ValueError(f"{name}={raw!r}: expected a number in (0, 1], e.g. 0.5")
+        settings["cpu_request_ratio"] = ratio
+    name = POD_DEFAULTS_ENV["cpu_request_max"]
+    raw = (environ.get(name) or "").strip()
+    if raw:
+        millis = parse_cpu(raw)
+        if millis is None or millis <= 0:
+            raise ValueError(f"{name}={raw!r}: expected a CPU quantity, e.g. 500m or 1")
+        settings["cpu_request_max_millis"] = millis
+    return settings
 
 
 @dataclass(frozen=True)
@@ -263,6 +296,7 @@ class SchedulingSettings:
                               if (environ.get(POD_DEFAULTS_ENV[k]) or "").strip()},
             image_pull_secrets=tuple(s.strip() for s in environ.get(
                 POD_DEFAULTS_ENV["image_pull_secrets"], "").split(",") if s.strip()),
+            **_cpu_request_settings(environ),
         )
         values: list[Any] = []
         for name, default in ((UNSCHEDULABLE_GRACE_ENV, cls.unschedulable_grace_sec),

@@ -168,9 +168,12 @@ def _need(task: LoadedTask, role: str, context_dir: str, docker_image: str | Non
                 else "[verifier.environment].docker_image")
         raise ImagesUnavailable(
             Reason.NO_IMAGE_BUILDER,
-            f"{context_dir}{DOCKERFILE}: this operator has no image builder (builds.backend "
-            f"is none), so images cannot be built from a Dockerfile: build and push the image, "
-            f"then set {what}")
+            f"{context_dir}{DOCKERFILE}: this operator has no image builder configured "
+            f"(builds.backend is none: SHIPYARD_BUILD_BACKEND=buildkit and "
+            f"SHIPYARD_BUILD_REGISTRY are not set), so images cannot be built from a "
+            f"Dockerfile: configure one (the chart's builds.*; an operator run by hand against "
+            f"the local cluster takes its builder from the cluster), or build and push the "
+            f"image, then set {what}")
     digest = environment_content_hash(files, dir_name=context_dir.rstrip("/").split("/")[-1],
                                       docker_image=docker_image)
     ref = f"{settings.registry}/{repository_name(task.name)}:{digest}"

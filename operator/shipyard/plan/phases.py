@@ -36,6 +36,13 @@ from shipyard.plan.agents import (
     agent_run,
     base_url_host,
 )
+from shipyard.plan.capacity import (
+    NodeCapacity,
+    PodRequests,
+    fits_some,
+    never_fits_message,
+    pod_requests,
+)
 from shipyard.plan.network import (
     MODEL_KEY_SUFFIX,
     ModelPeer,
@@ -58,6 +65,7 @@ from shipyard.taskformat import (
     effective_timeout,
     resolve_env_templates,
     resolve_network_plan,
+    runnable,
     step_settings,
 )
 
@@ -226,6 +234,8 @@ class TrialPlan:
     unschedulable_grace_sec: float = SchedulingSettings.unschedulable_grace_sec
     image_pull_grace_sec: float = SchedulingSettings.image_pull_grace_sec
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
+    nodes: tuple[NodeCapacity, ...] = ()
+    """The schedulable nodes' allocatable CPU and memory when planned (empty: not known)."""
     log_key_bytes: int = SchedulingSettings.log_limit_bytes
     """What each key of the logs ConfigMap keeps (`log_budget`)."""
 
@@ -249,28 +259,42 @@ def phase_id(kind: str, step_index: int | None) -> str:
     return kind if step_index is None else f"s{step_index}-{kind}"
 
 
+def check_runnable(task: LoadedTask, spec: TrialSpec,
+                   scheduling: SchedulingSettings | None = None) -> None:
+    """PlanError (TaskInvalid) when this operator will not run the task at all
+    (`taskformat.runnable`): before any image is built or pod created."""
+    pull_secrets = bool(spec.pod.image_pull_secrets or (
+        scheduling or SchedulingSettings()).pod_defaults.image_pull_secrets)
+    refused = runnable.refusal(task, pull_secrets)
+    if refused is not None:
+        raise PlanError(Reason.TASK_INVALID, refused)
+
+
 def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                network: NetworkSettings | None = None,
                scheduling: SchedulingSettings | None = None,
                bundle_repository: str | None = None,
-               images: Mapping[str, str] | None = None) -> TrialPlan:
+               images: Mapping[str, str] | None = None,
+               nodes: tuple[NodeCapacity, ...] = ()) -> TrialPlan:
     """The plan, or PlanError with a reason from the closed set when the trial cannot run.
 
     `environ` serves the task's ${VAR} templates. `network` holds the operator's network
     settings resolved against the cluster (the FQDN backend above all; without it,
     NetworkPolicy enforcement without an FQDN backend) and `scheduling` its scheduling
     settings (defaults without it); `images` the Task's images by role (`status.images`:
-    built or prebuilt), of which the Trial's own `spec.environment.image` wins."""
+    built or prebuilt), of which the Trial's own `spec.environment.image` wins; `nodes` the
+    cluster's nodes, against which a pod that can never fit is refused now."""
     config = task.config
     env_config = config.environment
+    check_runnable(task, spec, scheduling)
     images = images or {}
     image = spec.environment.image or images.get("environment") or env_config.docker_image
     if not image:
         raise PlanError(
             Reason.TASK_INVALID,
-            "environment.docker_image: the task has none and the Trial sets no "
-            "spec.environment.image; building images from environment/Dockerfile is not "
-            "supported yet: build and push the image, then set docker_image",
+            "environment.docker_image: the task has none, nor an environment/Dockerfile to "
+            "build one from, and the Trial sets no spec.environment.image: there is no image "
+            "to run",
         )
     if env_config.os != "linux":
         raise PlanError(Reason.TASK_INVALID,
@@ -351,7 +375,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     start_timeout = (spec.environment.build_timeout_sec or env_config.build_timeout_sec) * (
         spec.timeout_multiplier
     )
-    return TrialPlan(
+    plan = TrialPlan(
         environment=environment,
         start_timeout_sec=start_timeout,
         phases=tuple(_with_network(p if p.id else _with_id(p), trial_net) for p in phases),
@@ -373,8 +397,47 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         ),
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
+        nodes=nodes,
         log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
     )
+    refusal = capacity_refusal(plan)
+    if refusal is not None:
+        raise PlanError(Reason.UNSCHEDULABLE, refusal)
+    return plan
+
+
+def pod_requests_of(plan: TrialPlan, pod: PodPlan) -> PodRequests:
+    return pod_requests(pod.cpus, pod.memory_mb, plan.pod_overrides)
+
+
+def capacity_refusal(plan: TrialPlan) -> str | None:
+    """Why the trial's pods can never be scheduled on these nodes (None: they can, or the nodes
+    are not known). Accelerator pods are left to the accelerator grace (a node pool may
+    scale up). A non-last step's separate verifier runs beside the environment, so the pair
+    must fit one node; the last step's runs after the environment pod is gone."""
+    if not plan.nodes:
+        return None
+    env = pod_requests_of(plan, plan.environment)
+    pods = [("environment pod", plan.environment, env)]
+    pods += [(f"separate verifier pod{f' of step {s.name}' if s.name else ''}", s.verifier_pod,
+              pod_requests_of(plan, s.verifier_pod)) for s in plan.steps if s.verifier_pod]
+    for what, pod, requests in pods:
+        if pod.accelerators.requested:
+            continue
+        if not fits_some(requests, plan.nodes):
+            return never_fits_message(what, requests, pod.cpus, plan.nodes)
+    for step in plan.steps[:-1]:
+        verifier = step.verifier_pod
+        if (verifier is None or verifier.accelerators.requested
+                or plan.environment.accelerators.requested):
+            continue
+        both = env + pod_requests_of(plan, verifier)
+        if not fits_some(both, plan.nodes):
+            return ("step " + str(step.name) + "'s separate verifier runs beside the "
+                    "environment (a later step needs the environment), and the two pods "
+                    "together " + never_fits_message("pair", both, None, plan.nodes)
+                    .removeprefix("the pair "))
+    return None
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:

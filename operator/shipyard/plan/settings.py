@@ -70,6 +70,19 @@ def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
         return default
 
 
+IN_POD_ENV = "KUBERNETES_SERVICE_HOST"
+
+
+def with_cluster_defaults(environ: Mapping[str, str], published: Mapping[str, str]
+                          ) -> dict[str, str]:
+    """An operator run by hand (not in a pod) against a cluster that publishes defaults (the
+    local test cluster: its builder, registry, probe image): those under its own environment,
+    which wins. In a pod (the chart sets every setting) the environment alone."""
+    if IN_POD_ENV in environ:
+        return dict(environ)
+    return {**{k: v for k, v in published.items() if k.startswith("SHIPYARD_")}, **environ}
+
+
 def task_environ(environ: Mapping[str, str], allow: str) -> dict[str, str]:
     """What task `${VAR}` templates resolve against: the operator's environment, as Harbor uses
     its host's, but only the names the platform team allows (`allow`: comma separated names or

@@ -10,6 +10,7 @@ handler retries with backoff). Terminal states never change: a broken Dockerfile
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -20,6 +21,16 @@ from shipyard.render.build_job import BUILD_CONTAINER
 
 MESSAGE_LINES = 12
 MESSAGE_CHARS = 1500
+STEP_LINES = 8
+STEP_CHARS = 560
+"""At most this much of them: with the rest, the message fits an Event (1 KiB) whole."""
+"""The failing step's own last output lines shown in the ImageBuildFailed message."""
+LOG_LINES = 400
+"""How much of the builder's log the operator reads to find the failing step's output."""
+_STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+_STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ?(.*)$")
+_STEP_NAME = re.compile(r"^#(\d+) (\[.*)$")
+_EXIT_CODE = re.compile(r"exit code: \d+")
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,49 @@ def last_lines(text: str) -> str:
     return tail[-MESSAGE_CHARS:]
 
 
+def failing_step(text: str) -> str:
+    """What the failing step of a `buildctl --progress plain` log printed: the step (`[2/3] RUN
+    ...`), its own last output lines and its error, e.g. a traceback of a download it attempted.
+    Empty when the log shows no failed step (the builder's last lines then tell)."""
+    lines = text.splitlines()
+    failed = [(m.group(1), m.group(2)) for m in map(_STEP_ERROR.match, lines) if m]
+    if not failed:
+        return ""
+    step, error = failed[-1]
+    name = next((m.group(2) for m in map(_STEP_NAME.match, lines) if m and m.group(1) == step),
+                f"step #{step}")
+    output = [m.group(2) for m in map(_STEP_OUTPUT.match, lines) if m and m.group(1) == step]
+    # Its last lines first-class: short enough that an Event's message keeps them whole.
+    kept: list[str] = []
+    for line in reversed([o for o in output if o.strip() and set(o.strip()) != {"^"}]):
+        line = f"  | {line[:160]}"
+        if len(kept) >= STEP_LINES or sum(map(len, kept)) + len(line) > STEP_CHARS:
+            break
+        kept.insert(0, line)
+    code = _EXIT_CODE.search(error)
+    name = name if len(name) <= 100 else name[:97] + "..."
+    head = f"step {name} failed ({code.group(0) if code else error[:200]})"
+    if not kept:
+        return head + ("; it printed nothing" if name.startswith("[") and " RUN " in name
+                       else "")
+    return head + "; its last output lines:\n" + "\n".join(kept)
+
+
+def failure_message(log: str, job_name: str | None, namespace: str | None) -> str:
+    """The failing step's own output when the log shows it, else the builder's last lines; and
+    where the whole log is."""
+    step = failing_step(log)
+    where = ""
+    if job_name:
+        ns = f" -n {namespace}" if namespace else ""
+        where = f"the whole log: kubectl logs{ns} job/{job_name}; "
+    if step:
+        head, sep, lines = step.partition("; its last output lines:\n")
+        return f"{head}; {where}{sep.removeprefix('; ')}{lines}".rstrip("; ")
+    tail = f"the builder's last lines:\n{last_lines(log)}" if log.strip() else ""
+    return (where + tail).removesuffix("; ")
+
+
 def is_terminal(status: ImageBuildStatus) -> bool:
     return status.phase in ("Succeeded", "Failed")
 
@@ -107,14 +161,14 @@ def on_job_created(status: ImageBuildStatus, job_name: str, now: str) -> ImageBu
 
 
 def on_job(status: ImageBuildStatus, spec: ImageBuildSpec, job: JobObservation,
-           digest: str | None, now: str) -> ImageBuildStatus:
+           digest: str | None, now: str, namespace: str | None = None) -> ImageBuildStatus:
     """The build Job's outcome; `digest` is the pushed image's (read from the registry)."""
     if job.state == "succeeded":
         return status.model_copy(update={
             "phase": "Succeeded", "reason": "Built", "source": "built", "digest": digest,
             "message": f"built and pushed {spec.ref}", "finished_at": now})
     if job.state == "failed":
-        tail = last_lines(job.log_tail)
+        detail = failure_message(job.log_tail, status.job_name, namespace)
         if job.reason == "DeadlineExceeded":
             reason = Reason.BUILD_TIMEOUT
             message = (f"the build did not finish within build_timeout_sec "
@@ -122,8 +176,8 @@ def on_job(status: ImageBuildStatus, spec: ImageBuildSpec, job: JobObservation,
         else:
             reason = Reason.IMAGE_BUILD_FAILED
             message = "the build failed"
-        if tail:
-            message += f"; the builder's last lines:\n{tail}"
+        if detail:
+            message += f"; {detail}"
         return status.model_copy(update={
             "phase": "Failed", "reason": reason, "message": message, "finished_at": now})
     return status

@@ -42,6 +42,7 @@ class PodObservation:
     running: bool = False
     deleting: bool = False
     created_at: datetime | None = None
+    scheduled_at: datetime | None = None  # when it was bound to a node
     lost: str | None = None  # why the pod can no longer run a phase
     image_pull_error: str | None = None
     image_pull_permanent: bool = False  # else kubelet's retries may still pull it
@@ -104,6 +105,8 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
                 w in (waiting.get("message") or "").lower() for w in TRANSIENT_CONTAINER_WORDS):
             config_error = f"{waiting['reason']}: {waiting.get('message') or ''}".strip()
     scheduled = conditions.get("PodScheduled", {})
+    scheduled_at = (parse_time(scheduled.get("lastTransitionTime"))
+                    if scheduled.get("status") == "True" else None)
     unschedulable = None
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         unschedulable = scheduled.get("message") or "no node can run the pod"
@@ -114,6 +117,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         running=phase == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=parse_time(meta.get("creationTimestamp")),
+        scheduled_at=scheduled_at,
         lost=lost,
         image_pull_error=image_pull_error,
         image_pull_permanent=image_pull_permanent,

@@ -1,8 +1,8 @@
-"""A sweep's results, computed once: Harbor's job statistics (spec §e.3, §e.4) over the finished
-plan slots, bit for bit as Harbor 0.25 computes them from the same trial results in the same
-order. The Sweep status, `shipyard sweep results` (table, `--json`, `-o`), `shipyard results`
-and `shipyard sweep report` all read their numbers from here, so a leaderboard number does
-not depend on where it is read.
+"""A sweep's results, computed once: Harbor's job statistics (docs/harbor.md §e.3, §e.4) over
+the finished plan slots, bit for bit as Harbor 0.25 computes them from the same trial results in
+the same order. The Sweep status, `shipyard sweep results` (table, `--json`, `-o`),
+`shipyard results` and `shipyard sweep report` all read their numbers from here, so a
+leaderboard number does not depend on where it is read.
 
 The order is the plan's (Harbor's: attempts x tasks x agents); a slot whose Task cannot run
 counts as a finished trial with an exception and no reward, as the docs say.

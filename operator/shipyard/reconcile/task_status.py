@@ -30,11 +30,13 @@ def invalid(previous: Iterable[Any] | None, generation: int | None, reason: str,
 
 
 def valid(previous: Iterable[Any] | None, generation: int | None, task: LoadedTask,
-          now: str) -> tuple[TaskStatus, Event]:
-    """The Task is valid: Ready=True, its digest and summary, and a Normal Event."""
+          now: str, notes: Iterable[str] = ()) -> tuple[TaskStatus, Event]:
+    """The Task is valid: Ready=True (with `notes` on how it will run: `taskformat.runnable`),
+    its digest and summary, and a Normal Event."""
     summary = summarize(task)
+    said = "".join(f"; note: {n}" for n in notes)
     ready = carried(previous, Condition(type=READY, status="True", reason=Reason.VALID,
-                                        message=f"task {task.name} is valid",
+                                        message=f"task {task.name} is valid{said}",
                                         observed_generation=generation), now)
     status = TaskStatus(observed_generation=generation, digest=task.digest, summary=summary,
                         conditions=[ready])

@@ -33,13 +33,16 @@ from shipyard.api.models import (
     TrialStatus,
 )
 from shipyard.api.reasons import RETRYABLE, HarborError, Reason
+from shipyard.plan import capacity
 from shipyard.plan.agents import USAGE_FILE
 from shipyard.plan.phases import (
     REWARD_JSON,
     REWARD_TXT,
     PhaseSpec,
+    PodPlan,
     TrialPlan,
     log_key,
+    pod_requests_of,
     trajectory_key,
 )
 from shipyard.plan.settings import TASK_WAIT_SEC
@@ -62,6 +65,8 @@ from shipyard.taskformat import (
 UNSCHEDULABLE_GRACE = timedelta(seconds=30)  # the default; plans carry their own
 TIMEOUT_MARGIN = timedelta(seconds=30)
 SAFETY_LOOK = timedelta(minutes=10)
+CAPACITY_LOOK = timedelta(seconds=30)
+"""How often a pod waiting for capacity is looked at without an event."""
 RESULT_WAIT_SEC = 60
 """How long one `result` exec waits for a phase's end in a pod without a readiness probe: a
 phase costs one exec per this long (the driver drops a wait when the trial is cancelled or its
@@ -82,6 +87,9 @@ class CreatePod:
 @dataclass(frozen=True)
 class StopPod:
     role: Role
+    keep_artifacts: bool = False
+    """Read the artifacts the collect phase packed in the pod, and keep them, before the pod
+    goes (the last step's separate verifier is set up from them)."""
 
 
 @dataclass(frozen=True)
@@ -658,9 +666,11 @@ def _tail(text: str, limit: int = 2000) -> str:
 
 
 def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
-                retries: int = 0) -> tuple[Action, TrialStatus | None, Outcome | None]:
+                retries: int = 0, task_code_sent: frozenset[str] = frozenset()
+                ) -> tuple[Action, TrialStatus | None, Outcome | None]:
     """The next thing to do. When the observation alone decides a failure (or a retry), the
-    new status and its outcome come back with the action that follows."""
+    new status and its outcome come back with the action that follows. `task_code_sent`: the
+    pods into which this driver sent a launch of task code (whether or not it came back)."""
     if is_finished(status):
         return Done(), None, None
     if terminal_condition(status) is not None:
@@ -677,7 +687,12 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
     # A separate verifier's pod is stopped once its verification is over.
     if status.verifier_pod_name and spec.pod != Role.VERIFIER:
         return StopPod(Role.VERIFIER), None, None
-    # The agent environment is stopped before the last step's separate verification.
+    # The agent environment is stopped before the last step's separate verifier pod is
+    # created (as Harbor stops it before the verifier's environment starts): the verifier
+    # gets the node's resources the environment held; its artifacts are kept first.
+    if (spec.name == "verifier-environment" and spec.pod == Role.VERIFIER and status.pod_name
+            and status.verifier_pod_name is None and _last_step(plan, spec.step)):
+        return StopPod(Role.ENV, keep_artifacts=True), None, None
     if (spec.name == "verifier" and spec.pod == Role.VERIFIER and status.pod_name
             and _last_step(plan, spec.step)):
         return StopPod(Role.ENV), None, None
@@ -688,12 +703,19 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         return CreatePod(spec.pod, spec.step), None, None
     pod = pods.of(spec.pod)
     first = spec.name in ("environment", "verifier-environment")
-    failure = _pod_failure(status, plan, spec.pod, pod, rec, first, now)
+    failure = _pod_failure(status, plan, spec.pod, pod, rec, first, now,
+                           pod_name(status, spec.pod) in task_code_sent)
     if failure is not None:
         new, out = infrastructure_failure(status, plan, retries, failure[0], failure[1], now)
         if terminal_condition(new) is None:
             return Wait(parse_time(new.retry_at)), new, out
         return Finish(), new, out
+    if first and not rec.launched and _waits_for_capacity(plan, spec.pod, rec, pod):
+        scheduler = _unschedulable_text(plan, spec.pod, rec, pod.unschedulable or "")
+        text = (f"waiting for capacity: {scheduler} It fits the largest node: it waits for "
+                "other pods to end.")
+        waiting = waiting_for_capacity(status, text, now)
+        return (Wait(now + CAPACITY_LOOK), *(waiting or (None, None)))
     if not rec.launched and (pod.ready or pod.running):
         # A launch needs only a running container: the runner itself refuses to start a
         # phase twice, so the readiness probe's first pass is not waited for. The phase's
@@ -725,16 +747,24 @@ TASK_FAILURE_REASONS = {
 }
 
 
-def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord
-                  ) -> PhaseRecord | None:
+def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord,
+                  sent: bool = False) -> PhaseRecord | None:
     """The last phase of task code (agent, setup, healthcheck, collect hooks, verifier)
-    launched in the current pod of `role` (for a verifier pod: of the current step), if any."""
+    launched in the current pod of `role` (for a verifier pod: of the current step), if any.
+    With `sent` (a launch of task code was sent into the pod, its answer not recorded: the
+    container may have ended during it, e.g. a chained agent phase), the first phase of task
+    code from the current one on."""
     found = None
     for r in status.phases:
         spec = plan.phase(r.id or r.name)
         if (r.launched and spec.pod == role and r.name not in OWN_PHASES
                 and (role != Role.VERIFIER or r.step == current.step)):
             found = r
+    if found is None and sent:
+        ids = [r.id or r.name for r in status.phases]
+        for r in status.phases[ids.index(current.id or current.name):]:
+            if plan.phase(r.id or r.name).pod == role and r.name not in OWN_PHASES:
+                return r
     return found
 
 
@@ -853,13 +883,14 @@ def _last_step(plan: TrialPlan, step: str | None) -> bool:
 
 
 def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObservation,
-                 rec: PhaseRecord, first: bool, now: datetime) -> tuple[Reason, str] | None:
+                 rec: PhaseRecord, first: bool, now: datetime, sent: bool = False
+                 ) -> tuple[Reason, str] | None:
     what = Role(role).noun
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
-        ran = task_code_ran(status, plan, role, rec) if pod.container_exit else None
+        ran = task_code_ran(status, plan, role, rec, sent) if pod.container_exit else None
         if reason == Reason.POD_LOST and ran is not None:
             return task_failure(ran, pod.lost.replace("environment pod", f"{what} pod"))
         return reason, pod.lost.replace("environment pod", f"{what} pod")
@@ -875,13 +906,52 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
     if first and not rec.launched and not (pod.ready or pod.running):
         # A running pod is launched into at once (`next_action`): Ready is not waited for (a
         # pod with a probe container is Ready only once a phase has ended).
+        if _waits_for_capacity(plan, role, rec, pod):
+            return None  # a wait (`next_action`), however long: other trials will end
         if pod.unschedulable and pod.created_at and now - pod.created_at >= _grace(plan):
-            return Reason.UNSCHEDULABLE, pod.unschedulable
-        started = pod.created_at or parse_time(rec.started_at)
+            return Reason.UNSCHEDULABLE, _unschedulable_text(plan, role, rec, pod.unschedulable)
+        # The start timeout counts from when the pod got a node (a wait for capacity first).
+        started = pod.scheduled_at or pod.created_at or parse_time(rec.started_at)
         if started and now - started >= timedelta(seconds=plan.start_timeout_sec):
             return (Reason.ENVIRONMENT_START_TIMEOUT,
                     f"Environment start timed out after {plan.start_timeout_sec:g} seconds")
     return None
+
+
+def _pod_plan(plan: TrialPlan, role: Role, rec: PhaseRecord) -> PodPlan | None:
+    if role == Role.ENV:
+        return plan.environment
+    return plan.step(plan.phase(rec.id or rec.name).step).verifier_pod
+
+
+def _waits_for_capacity(plan: TrialPlan, role: Role, rec: PhaseRecord,
+                        pod: PodObservation) -> bool:
+    """The pod is Unschedulable only because the nodes are full now, and it fits the largest
+    node: capacity will free up (other trials end), so it waits rather than fails."""
+    pod_plan = _pod_plan(plan, role, rec)
+    if not pod.unschedulable or pod_plan is None or pod_plan.accelerators.requested:
+        return False
+    fits = capacity.fits_some(pod_requests_of(plan, pod_plan), plan.nodes)
+    return bool(fits) and capacity.waits_for_capacity(pod.unschedulable)
+
+
+def _unschedulable_text(plan: TrialPlan, role: Role, rec: PhaseRecord, scheduler: str) -> str:
+    pod_plan = _pod_plan(plan, role, rec)
+    if pod_plan is None:
+        return scheduler
+    return capacity.unschedulable_message(scheduler, f"{Role(role).noun} pod",
+                                          pod_requests_of(plan, pod_plan), pod_plan.cpus)
+
+
+def waiting_for_capacity(status: TrialStatus, message: str,
+                         now: datetime) -> tuple[TrialStatus, Outcome] | None:
+    """Pending while the nodes are full (None when that is on record already)."""
+    if any(c.type == "Running" and c.reason == Reason.WAITING_FOR_CAPACITY
+           for c in status.conditions):
+        return None
+    status = status.model_copy(deep=True)
+    _set_condition(status, "Running", "False", Reason.WAITING_FOR_CAPACITY, message, now)
+    return status, Outcome(events=[("Normal", Reason.WAITING_FOR_CAPACITY, message)])
 
 
 def _grace(plan: TrialPlan) -> timedelta:

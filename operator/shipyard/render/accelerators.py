@@ -15,6 +15,7 @@ from shipyard.plan.accelerators import (
     Accelerators,
     PodOverrides,
 )
+from shipyard.plan.capacity import cpu_request_millis, format_cpu, parse_cpu
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 TPU_TOLERATION = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -85,6 +86,10 @@ def apply_scheduling(pod: dict[str, Any], accelerators: Accelerators,
     pod = copy.deepcopy(pod)
     spec = pod["spec"]
     main = next(c for c in spec["containers"] if c["name"] == "main")
+    declared_cpu = parse_cpu(((main.get("resources") or {}).get("limits") or {}).get("cpu"))
+    if declared_cpu is not None:  # the request is the operator's share of the declared limit
+        main["resources"]["requests"]["cpu"] = format_cpu(
+            cpu_request_millis(declared_cpu / 1000, overrides))
     if overrides.default_requests:  # operator-wide requests where the task sets none
         requests = main.setdefault("resources", {}).setdefault("requests", {})
         for key, value in overrides.default_requests.items():

@@ -230,3 +230,11 @@ def test_trial_files_follow_harbors_layout() -> None:
     assert files["steps/s1/agent/oracle.txt"] == "x"
     multi = dict(result, verifier_result={"rewards": {"a": 1, "b": 0.5}})
     assert json.loads(trial_files(multi, None)["verifier/reward.json"]) == {"a": 1, "b": 0.5}
+
+
+def test_a_job_of_unstarted_trials_has_a_start_time() -> None:
+    pending = trial("p1", phase="Pending", rewards=None)
+    pending["metadata"]["creationTimestamp"] = "2026-11-22T11:59:00Z"
+    pending["status"].pop("startedAt", None)
+    job = job_result([pending], {"ns/hello": TASK}, NOW)
+    assert job["started_at"] == "2026-11-22T11:59:00Z"  # Harbor's JobResult requires one

@@ -117,6 +117,20 @@ def test_the_probe_container_is_opted_into_and_none_means_an_exec_probe():
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: "None"}).probe_image is None
 
 
+def test_an_operator_run_by_hand_takes_the_clusters_published_defaults_under_its_own():
+    from shipyard.plan.settings import with_cluster_defaults
+
+    published = {"SHIPYARD_BUILD_BACKEND": "buildkit", "SHIPYARD_BUILD_REGISTRY": "r:5/x",
+                 "OTHER": "ignored"}
+    mine = with_cluster_defaults({"SHIPYARD_BUILD_REGISTRY": "mine/y"}, published)
+    assert mine == {"SHIPYARD_BUILD_BACKEND": "buildkit", "SHIPYARD_BUILD_REGISTRY": "mine/y"}
+    settings = OperatorSettings.from_env(mine)
+    assert settings.images.backend == "buildkit" and settings.images.registry == "mine/y"
+    # In a pod the chart's environment alone counts.
+    in_pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    assert with_cluster_defaults(in_pod, published) == in_pod
+
+
 def test_the_default_lease_is_named_from_the_namespaces_served():
     leader = LeaderSettings.from_env({})
     assert leader.lease_for([]) == OPERATOR_LEASE  # every namespace

@@ -5,6 +5,8 @@ from __future__ import annotations
 from shipyard.api.models import ImageBuildSpec, ImageBuildStatus
 from shipyard.reconcile.image_build import (
     JobObservation,
+    failing_step,
+    failure_message,
     is_terminal,
     last_lines,
     observe_job,
@@ -84,3 +86,63 @@ def test_the_build_containers_exit_decides_before_the_job_controller():
     running = {"status": {"containerStatuses": [{"name": "buildctl",
                                                  "state": {"running": {}}}]}}
     assert observe_job(job, [running], early).state == "active"
+
+
+BUILDCTL_LOG = """#1 [internal] load build definition from Dockerfile
+#1 transferring dockerfile: 160B done
+#1 DONE 0.0s
+#5 [1/2] FROM docker.io/library/python:3.12-slim
+#5 DONE 0.1s
+#6 [2/2] RUN python -c "import urllib.request as u; u.urlopen('https://example.org/x')"
+#6 0.402 Traceback (most recent call last):
+#6 0.402   File "<string>", line 1, in <module>
+#6 0.410 urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>
+#6 ERROR: process "/bin/sh -c python -c ..." did not complete successfully: exit code: 1
+------
+ > [2/2] RUN python -c "...":
+0.402 Traceback (most recent call last):
+------
+Dockerfile:2
+--------------------
+   1 |     FROM python:3.12-slim
+   2 | >>> RUN python -c "import urllib.request as u; u.urlopen('https://example.org/x')"
+   3 |
+   4 |
+   5 |
+   6 |
+   7 |
+   8 |
+--------------------
+error: failed to solve: process "/bin/sh -c python -c ..." did not complete: exit code: 1
+"""
+
+
+def test_a_failed_step_shows_its_own_output_and_where_the_whole_log_is():
+    step = failing_step(BUILDCTL_LOG)
+    assert step.startswith("step [2/2] RUN python -c")
+    assert "(exit code: 1)" in step.splitlines()[0]
+    assert "  | urllib.error.URLError: <urlopen error [Errno -3] Temporary failure" in step
+    assert "  |   File \"<string>\", line 1, in <module>" in step
+    failed = on_job(ImageBuildStatus(phase="Building", job_name="env-abc"), SPEC,
+                    JobObservation("failed", "BackoffLimitExceeded", BUILDCTL_LOG), None, "t",
+                    namespace="ns1")
+    assert "Temporary failure in name resolution" in failed.message
+    assert "the whole log: kubectl logs -n ns1 job/env-abc" in failed.message
+    assert len(failed.message) < 1024  # an Event keeps it whole
+    assert failed.message.rstrip().endswith("Temporary failure in name resolution>")
+
+
+def test_a_log_without_a_failed_step_falls_back_to_its_last_lines():
+    assert failing_step("error: failed to dial buildkitd\n") == ""
+    message = failure_message("a\nerror: failed to dial buildkitd\n", None, None)
+    assert message.endswith("error: failed to dial buildkitd")
+    assert failure_message("", None, None) == ""
+
+
+def test_a_silent_step_says_so():
+    log = "#4 [2/2] RUN false\n#4 ERROR: process \"/bin/sh -c false\" exit code: 1\n"
+    assert failing_step(log).endswith("(exit code: 1); it printed nothing")
+    missing = "#2 [internal] load metadata for x\n#2 ERROR: x: not found\n"
+    assert failure_message(missing, "b", "ns") == (
+        "step [internal] load metadata for x failed (x: not found); the whole log: "
+        "kubectl logs -n ns job/b")

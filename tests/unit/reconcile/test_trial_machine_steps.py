@@ -322,9 +322,10 @@ def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last
         "Launch:s2-setup", "ReadResult:s2-setup",
         "Launch:s2-agent", "ReadResult:s2-agent",
         "Launch:s2-collect", "ReadResult:s2-collect",
+        # The environment goes (its artifacts kept) before the last verifier pod exists.
+        "StopPod:env",
         "CreatePod:verifier@b",
         "Launch:s2-verifier-environment", "ReadResult:s2-verifier-environment",
-        "StopPod:env",
         "Launch:s2-verifier", "ReadResult:s2-verifier",
         "Finish", "Done",
     ]

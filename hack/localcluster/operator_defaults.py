@@ -1,0 +1,45 @@
+"""What an operator run by hand (`shipyard operator` from a checkout) needs to know about the
+local cluster: its image builder, registry and probe image. Published as the ConfigMap
+`kube-public/shipyard-localcluster` (which the operator reads when it runs outside a pod and
+the variable is not set) and printed by `localcluster.py env`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY
+from layout import IMAGE_BUSYBOX, Layout
+
+NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
+
+DEFAULTS = {
+    "SHIPYARD_BUILD_BACKEND": "buildkit",
+    "SHIPYARD_BUILD_REGISTRY": f"{REGISTRY}/shipyard-local",
+    "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
+    "SHIPYARD_BUILDKIT_ADDR": BUILDKIT_ADDR,
+    "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
+    "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
+}
+
+
+def manifest() -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": NAMESPACE,
+                         "labels": {"app.kubernetes.io/part-of": "shipyard-localcluster"}},
+            "data": DEFAULTS}
+
+
+def apply(layout: Layout, kubectl: str) -> None:
+    result = subprocess.run(
+        [kubectl, "--kubeconfig", str(layout.kubeconfig), "apply", "--server-side",
+         "--force-conflicts", "--field-manager=shipyard-localcluster", "-f", "-"],
+        input=json.dumps(manifest()), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"publishing the operator defaults failed: {result.stderr[-2000:]}")
+
+
+def exports() -> list[str]:
+    return [f"export {k}={v}" for k, v in DEFAULTS.items()]

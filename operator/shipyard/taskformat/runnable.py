@@ -1,0 +1,108 @@
+"""What this operator will do with a task that loads: refuse it (it cannot run here at all) or
+run it with a caveat, said before any trial (by `shipyard task lint` and the Task's `Ready`
+condition) rather than found out by a wrong reward or a pod that never starts (pure).
+
+- Windows tasks (`[environment] os = "windows"`, a Windows base image): trial pods are Linux
+  containers; refused.
+- `[environment] type` (not a Harbor task field; some forks use it for VMs or remote hosts):
+  Harbor ignores it and runs the image, and so does this operator; what such a task describes
+  (nodes, hosts) is not provided. A caveat when the task has an image, else a refusal.
+- A prebuilt `docker_image` on a registry that needs credentials: pulled only with an image
+  pull secret (the Trial's `spec.pod.imagePullSecrets` or the operator's); a caveat.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shipyard.taskformat.loader import CONFIG_FILE, LoadedTask
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
+_WINDOWS_IMAGE = re.compile(r"(^|/)(windows|nanoserver|servercore)([/:@-]|$)", re.I)
+# Registries whose images are private unless made public: a pull needs credentials.
+_PRIVATE_REGISTRIES = (
+    re.compile(r"^[a-z0-9-]+-docker\.pkg\.dev/"),  # Artifact Registry
+    re.compile(r"^\d+\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com/"),  # ECR
+    re.compile(r"^[a-z0-9]+\.azurecr\.io/"),  # ACR
+    re.compile(r"^nvcr\.io/nvaie/"),  # NGC enterprise
+)
+HARBOR_TYPES = ("docker",)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    file: str
+    field: str | None
+    message: str
+    refused: bool
+
+    def __str__(self) -> str:
+        return ": ".join(p for p in (self.file, self.field, self.message) if p)
+
+
+def _dockerfiles(task: LoadedTask) -> dict[str, str]:
+    return {path: content.decode("utf-8", "replace") for path, content in task.files.items()
+            if path.rsplit("/", 1)[-1] == "Dockerfile"}
+
+
+def _extra_type(task: LoadedTask) -> str | None:
+    import tomllib
+
+    try:
+        data = tomllib.loads(task.files[CONFIG_FILE].decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError):
+        return None
+    value = (data.get("environment") or {}).get("type")
+    return str(value) if value is not None else None
+
+
+def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
+    """The task's refusals and caveats; `pull_secrets`: the operator has image pull secrets."""
+    env = task.config.environment
+    found: list[Verdict] = []
+    if env.os == "windows":
+        found.append(Verdict(CONFIG_FILE, "environment.os", "'windows': this operator runs "
+                             "Linux containers only; a Windows task cannot run here", True))
+    for path, text in sorted(_dockerfiles(task).items()):
+        for image in _FROM.findall(text):
+            if _WINDOWS_IMAGE.search(image.split("@")[0]) and env.os != "windows":
+                found.append(Verdict(path, "FROM", f"{image} is a Windows image: this "
+                                     "operator runs Linux containers only", True))
+    has_image = bool(env.docker_image or "environment/Dockerfile" in task.files)
+    compose = any(f.startswith("environment/docker-compose") or f.startswith("environment/compose")
+                  for f in task.files)
+    if not has_image and not compose and env.os != "windows" and task.tree("environment/"):
+        found.append(Verdict("environment/Dockerfile", None, "missing, and [environment]."
+                             "docker_image is not set: there is no image to run (a task written "
+                             "for a provider's own environment, e.g. a computer-use sandbox?): "
+                             "each Trial must set spec.environment.image, else it fails "
+                             "TaskInvalid", False))
+    kind = _extra_type(task)
+    if kind is not None and kind not in HARBOR_TYPES:
+        if has_image:
+            found.append(Verdict(CONFIG_FILE, "environment.type", f"{kind!r} is not a Harbor "
+                                 "environment: ignored (as Harbor does); the task runs in a "
+                                 "pod of its image, and what the type describes (nodes, "
+                                 "hosts, VMs) is not provided", False))
+        else:
+            found.append(Verdict(CONFIG_FILE, "environment.type", f"{kind!r} environments "
+                                 "(nodes, hosts, VMs) are not provided by this operator", True))
+    image = env.docker_image or ""
+    if image and not pull_secrets and any(r.match(image) for r in _PRIVATE_REGISTRIES):
+        found.append(Verdict(CONFIG_FILE, "environment.docker_image", f"{image} is on a "
+                             "private registry: a pull needs credentials (the Trial's "
+                             "spec.pod.imagePullSecrets or the operator's "
+                             "SHIPYARD_IMAGE_PULL_SECRETS), else the trial fails "
+                             "ImagePullFailed", False))
+    return found
+
+
+def refused_message(found: list[Verdict]) -> str | None:
+    refused = [str(v) for v in found if v.refused]
+    return ("this operator will not run it: " + "; ".join(refused)) if refused else None
+
+
+def refusal(task: LoadedTask, pull_secrets: bool = False) -> str | None:
+    """Why the operator will not run the task (None: it will)."""
+    return refused_message(verdicts(task, pull_secrets))

@@ -1,0 +1,257 @@
+"""What real public tasks met on the local cluster (issue 23), each reproduced by a small task
+of the project's own: a failed build that explains itself, ..."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from tests.conftest import TEST_NAMESPACE_PREFIX
+from tests.e2e.conftest import (
+    TEST_IMAGE,
+    OperatorProcess,
+    Shipyard,
+    brief,
+    condition,
+    lease_env,
+    task_files,
+)
+from tests.e2e.test_cli import ok, shipyard_cli
+from tests.e2e.test_image_builds import condition_any, simple_task, wait_images
+
+FETCHING_STEP = """\
+FROM python:3.12-slim
+RUN echo {nonce} && python -c "\\
+print('fetching the model weights'); \\
+import urllib.request; \\
+urllib.request.urlopen('https://weights.invalid/model.bin', timeout=5)"
+RUN echo never-here
+"""
+
+
+@pytest.fixture(scope="module")
+def local_builds(cluster) -> None:
+    if not cluster.local:
+        pytest.skip("needs the local cluster's registry and buildkitd")
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_a_failed_run_step_shows_its_own_output_and_where_the_whole_log_is(
+        shipyard, cluster, namespace):
+    nonce = uuid.uuid4().hex
+    shipyard.task("fetch", simple_task(nonce, dockerfile=FETCHING_STEP.format(nonce=nonce)))
+    shipyard.trial("fetch-oracle", "fetch")
+    task = wait_images(shipyard, "fetch", timeout=240)
+    cond = condition_any(task, "ImagesReady")
+    assert cond["status"] == "False" and cond["reason"] == "ImageBuildFailed", cond
+    message = cond["message"]
+    # The step's own words (the traceback's last line), not only buildkit's Dockerfile excerpt.
+    assert "its last output lines:" in message, message
+    assert "urllib.error.URLError" in message, message
+    assert "fetching the model weights" in message, message
+    job = task["status"]["images"]["environment"]["build"]
+    assert f"kubectl logs -n {namespace} job/{job}" in message, message
+    events = [e.message for e in shipyard.events("fetch") if e.reason == "ImageBuildFailed"]
+    assert any("urllib.error.URLError" in m for m in events), events
+    trial = shipyard.wait("fetch-oracle", timeout=120)
+    failed = condition(trial, "Failed")
+    assert failed["reason"] == "ImageBuildFailed" and "urllib.error.URLError" in failed["message"]
+    watched = shipyard_cli(cluster, "watch", "fetch-oracle", "-n", namespace, "--timeout", "30")
+    assert "urllib.error.URLError" in watched.stdout + watched.stderr, watched
+    # The whole log, from its first line (the nonce the step echoed first).
+    log = ok(shipyard_cli(cluster, "logs", "--build", job, "-n", namespace))
+    assert nonce in log and "ERROR" in log
+
+
+# ---------------------------------------------------------------- cluster DNS, pip, mirrors
+
+PIP_SOLVE = """#!/bin/bash
+getent hosts kubernetes.default.svc.cluster.local | tee /app/dns.txt
+getent hosts pypi.org || echo "pypi.org: not resolved"
+pip install --retries 0 --timeout 10 --no-deps --target /app/lib six==1.16.0
+"""
+PIP_TEST = """#!/bin/bash
+if grep -q 10.96.0.1 /app/dns.txt && PYTHONPATH=/app/lib python -c 'import six'; then
+  echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def pip_task(network: str) -> dict[str, str]:
+    return {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 180\n[verifier]\n'
+                     'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
+                     f'workdir = "/app"\nnetwork_mode = "{network}"\n',
+        "instruction.md": "Install six into /app/lib.\n",
+        "environment/Dockerfile": "FROM python:3.12-slim\nWORKDIR /app\n",
+        "solution/solve.sh": PIP_SOLVE,
+        "tests/test.sh": PIP_TEST,
+    }
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_a_solution_resolves_names_and_pip_installs_under_public_but_not_no_network(
+        shipyard, cluster):
+    shipyard.task("pip-public", pip_task("public"))
+    shipyard.task("pip-offline", pip_task("no-network"))
+    shipyard.trial("pip-public-oracle", "pip-public")
+    shipyard.trial("pip-offline-oracle", "pip-offline")
+    public = shipyard.wait("pip-public-oracle", timeout=480)
+    assert public["status"].get("reward") == 1, brief(public["status"])
+    offline = shipyard.wait("pip-offline-oracle", timeout=480)
+    assert offline["status"]["phase"] == "Completed", brief(offline["status"])
+    assert offline["status"].get("reward") == 0, brief(offline["status"])
+    log = shipyard.core.read_namespaced_config_map(
+        offline["status"]["logsConfigMap"], shipyard.namespace).data or {}
+    agent = "\n".join(v for k, v in log.items() if "agent" in k)
+    assert "pypi.org: not resolved" in agent and "Successfully installed" not in agent, agent
+    log = shipyard.core.read_namespaced_config_map(
+        public["status"]["logsConfigMap"], shipyard.namespace).data or {}
+    agent = "\n".join(v for k, v in log.items() if "agent" in k)
+    assert "not resolved" not in agent and "Successfully installed six" in agent, agent
+
+
+def test_a_prebuilt_ubuntu_image_is_pulled_through_the_registry_mirror(shipyard):
+    files = task_files("grep -q ok /app/out && echo 1 > /logs/verifier/reward.txt "
+                       "|| echo 0 > /logs/verifier/reward.txt\n",
+                       "echo ok > /app/out\n")
+    files["task.toml"] = files["task.toml"].replace(TEST_IMAGE, "ubuntu:24.04")
+    files["tests/test.sh"] = files["tests/test.sh"].replace("#!/bin/bash\n", "#!/bin/bash\n"
+                                                            "mkdir -p /app\n")
+    files["solution/solve.sh"] = "#!/bin/bash\nmkdir -p /app && echo ok > /app/out\n"
+    shipyard.task("ubuntu", files)
+    shipyard.trial("ubuntu-oracle", "ubuntu")
+    shipyard.trial("ubuntu-nop", "ubuntu", agent={"name": "nop"})
+    oracle = shipyard.wait("ubuntu-oracle", timeout=300)
+    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    nop = shipyard.wait("ubuntu-nop", timeout=300)
+    assert nop["status"].get("reward") == 0, brief(nop["status"])
+
+
+# ---------------------------------------------------------------- lint's verdicts, Ready
+
+WINDOWS_TOML = """schema_version = "1.4"
+[agent]
+timeout_sec = 60
+[verifier]
+timeout_sec = 60
+[environment]
+os = "windows"
+workdir = 'C:\\app'
+"""
+
+
+def windows_task() -> dict[str, str]:
+    return {"task.toml": WINDOWS_TOML, "instruction.md": "Say hello.\n",
+            "environment/Dockerfile": "FROM mcr.microsoft.com/windows/servercore:ltsc2025\n",
+            "solution/solve.bat": "echo hello > hello.txt\n",
+            "tests/test.bat": "echo 1 > C:\\logs\\verifier\\reward.txt\n"}
+
+
+def test_lint_and_ready_say_what_will_happen(shipyard, cluster, tmp_path):
+    for path, text in windows_task().items():
+        (tmp_path / "win" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "win" / path).write_text(text)
+    linted = shipyard_cli(cluster, "task", "lint", str(tmp_path / "win"))
+    assert linted.returncode == 1 and "Traceback" not in linted.stderr
+    assert "refused:" in linted.stdout and "Linux containers only" in linted.stdout
+    assert "will not run it" in linted.stderr
+    shipyard.task("win", windows_task())
+    ready = condition(shipyard.wait_task("win"), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "TaskInvalid", ready
+    assert "Linux containers only" in ready["message"]
+    shipyard.trial("win-oracle", "win")
+    failed = condition(shipyard.wait("win-oracle", timeout=60), "Failed")
+    assert failed["reason"] == "TaskInvalid" and "Linux containers only" in failed["message"]
+    shipyard.core.list_namespaced_pod(shipyard.namespace)  # no pod was needed to say so
+    typed = task_files("echo 1 > /logs/verifier/reward.txt\n", "true\n",
+                       toml_extra='type = "cloudlab"\n')
+    shipyard.task("typed", typed)
+    ready = condition(shipyard.wait_task("typed"), "Ready")
+    assert ready["status"] == "True" and "'cloudlab' is not a Harbor environment" in \
+        ready["message"], ready
+
+
+# ------------------------------------------- an operator run by hand, CPU requests, verifiers
+
+@pytest.fixture
+def by_hand(cluster, core_v1, tmp_path):
+    """An operator started like `shipyard operator` by hand: no SHIPYARD_BUILD_* or probe
+    image in its environment (it takes the local cluster's from the cluster), CPU requests at
+    half the declared cpus; on a namespace of its own (not the session operator's)."""
+    from kubernetes import client
+
+    if not cluster.local:
+        pytest.skip("the local cluster publishes the defaults an operator run by hand takes")
+    name = f"{TEST_NAMESPACE_PREFIX}hand-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHIPYARD_BUILD", "SHIPYARD_BUILDER", "SHIPYARD_BUILDKIT",
+                                "SHIPYARD_PROBE"))}
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        op = OperatorProcess(
+            cluster.kubeconfig, tmp_path / "operator.log",
+            {**lease_env(f"shipyard-operator-{TEST_NAMESPACE_PREFIX}hand",
+                         f"{TEST_NAMESPACE_PREFIX}-hand-operator"),
+             "SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.5"},
+            namespaces=(f"{TEST_NAMESPACE_PREFIX}hand-*",))
+        op.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        yield name, op
+    finally:
+        op.stop()
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+def cpu_task(cpus: int, separate: bool) -> dict[str, str]:
+    verifier = 'environment_mode = "separate"\n' if separate else ""
+    return {
+        "task.toml": f'schema_version = "1.4"\nartifacts = ["/app/out"]\n[agent]\n'
+                     f'timeout_sec = 120\n[verifier]\ntimeout_sec = 120\n{verifier}'
+                     f'[environment]\nbuild_timeout_sec = 300\nworkdir = "/app"\n'
+                     f"cpus = {cpus}\nmemory_mb = 256\n",
+        "instruction.md": "Write ok to /app/out.\n",
+        "environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /app\n",
+        "solution/solve.sh": "#!/bin/bash\nnproc > /dev/null; echo ok > /app/out\n",
+        "tests/test.sh": "#!/bin/bash\ngrep -q ok /app/out && echo 1 > /logs/verifier/reward.txt"
+                         " || echo 0 > /logs/verifier/reward.txt\n",
+    }
+
+
+def test_by_hand_a_two_cpu_task_and_a_separate_verifier_asking_for_every_cpu_are_rewarded(
+        by_hand, custom_objects, core_v1):
+    namespace, op = by_hand
+    node = core_v1.read_node("localhost")
+    cpus = int(node.status.allocatable["cpu"])  # all of the node's CPUs
+    hand = Shipyard(custom_objects, core_v1, namespace)
+    hand.task("two", cpu_task(2, separate=False))
+    hand.task("every", cpu_task(cpus, separate=True))
+    for task in ("two", "every"):
+        hand.trial(f"{task}-oracle", task)
+        hand.trial(f"{task}-nop", task, agent={"name": "nop"})
+    for task in ("two", "every"):
+        oracle = hand.wait(f"{task}-oracle", timeout=900)
+        assert oracle["status"].get("reward") == 1, (task, brief(oracle["status"]))
+        nop = hand.wait(f"{task}-nop", timeout=300)
+        assert nop["status"].get("reward") == 0, (task, brief(nop["status"]))
+    # Requests are the operator's share; limits stay as declared. The environment pod was gone
+    # before the separate verifier's was created (together they exceed the node).
+    assert "settings from the cluster's kube-public/shipyard-localcluster" in op.log()
+    events = [(e.reason, e.message, e.first_timestamp or e.event_time)
+              for e in hand.events("every-oracle")]
+    assert not any(r == "Unschedulable" for r, _, _ in events), events
+    too_big = cpu_task(cpus * 4, separate=False)
+    hand.task("too-big", too_big)
+    hand.trial("too-big-oracle", "too-big")
+    failed = condition(hand.wait("too-big-oracle", timeout=600), "Failed")
+    assert failed["reason"] == "Unschedulable", failed
+    assert f"requests cpu {cpus * 2}010m" in failed["message"], failed  # + the probe's 10m
+    assert f"cpus = {cpus * 4}" in failed["message"], failed
+    assert "SHIPYARD_TRIAL_CPU_REQUEST_RATIO" in failed["message"], failed

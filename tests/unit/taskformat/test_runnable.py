@@ -1,0 +1,47 @@
+"""What the operator will do with a task that loads (taskformat.runnable; issue 23)."""
+
+from __future__ import annotations
+
+from shipyard.taskformat.runnable import refusal, verdicts
+from tests.unit.helpers import HELLO_TOML, task
+
+
+def test_a_windows_task_is_refused_by_its_os_or_its_base_image():
+    windows = task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', "")
+                   + 'os = "windows"\n', extra={"environment/Dockerfile": "FROM x\n",
+                                                 "tests/test.bat": "echo 1\n",
+                                                 "solution/solve.bat": "echo\n"},
+                   drop=("tests/test.sh", "solution/solve.sh"))
+    assert "Linux containers only" in refusal(windows)
+    servercore = task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', ""), extra={
+        "environment/Dockerfile": "FROM mcr.microsoft.com/windows/servercore:ltsc2025@sha256:ab"
+                                  "\nRUN echo\n"})
+    [v] = verdicts(servercore)
+    assert v.refused and v.file == "environment/Dockerfile" and "Windows image" in v.message
+    assert refusal(task()) is None
+
+
+def test_an_unknown_environment_type_is_ignored_with_a_note_or_refused_without_an_image():
+    with_image = task(HELLO_TOML + 'type = "cloudlab"\n')
+    [v] = verdicts(with_image)
+    assert not v.refused and "'cloudlab' is not a Harbor environment" in v.message
+    no_image = task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', "")
+                    + 'type = "vm-cluster"\n')
+    assert "'vm-cluster' environments" in refusal(no_image)
+    assert verdicts(task(HELLO_TOML + 'type = "docker"\n')) == []
+
+
+def test_a_private_registry_image_needs_a_pull_secret():
+    private = task(HELLO_TOML.replace("python:3.12-slim",
+                                      "us-docker.pkg.dev/proj/repo/env:1"))
+    [v] = verdicts(private)
+    assert not v.refused and "imagePullSecrets" in v.message
+    assert verdicts(private, pull_secrets=True) == []
+
+
+def test_a_task_with_an_environment_dir_but_no_image_is_noted():
+    bare = task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', ""),
+                extra={"environment/.gitkeep": ""})
+    [v] = verdicts(bare)
+    assert not v.refused and v.file == "environment/Dockerfile"
+    assert "spec.environment.image" in v.message
