@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,6 @@ from concurrent_trials import (  # noqa: E402
     settle,
     start_operator,
     task_files,
-    wait4,
     wait_ready,
 )
 
@@ -95,7 +95,10 @@ def run(arm: str, n: int, image: str) -> dict[str, float]:
                 "mean": statistics.mean(latencies)}
     finally:
         operator.terminate()
-        wait4(operator, 15)
+        try:
+            operator.wait(15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
         core.delete_namespace(namespace)
         for plural, name in made:
             custom.delete_cluster_custom_object(*KUEUE, plural, name)

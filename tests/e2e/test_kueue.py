@@ -1,10 +1,13 @@
 """Kueue admission (issue 27) on the local cluster, with Kueue v0.17 as `localcluster up` runs it.
 
 Each test makes its own ResourceFlavor, ClusterQueue and WorkloadPriorityClasses (named after
-its namespace, removed afterwards) and a LocalQueue named `default` in its namespace, which is
-labelled so that Kueue's plain Pod integration is on there too: Trial pods are admitted through
-their Trial's Workload only, never gated a second time. The node advertises `nvidia.com/gpu`
-(`localcluster up`; no device exists, the count is all a pod gets).
+its namespace, removed afterwards) and a LocalQueue named `default` in its namespace. Kueue's
+plain Pod integration is off in these namespaces (not labelled `shipyard.dev/kueue-pods`): on
+the shared development cluster every checkout's test run re-applies the Trial CRD, and Kueue's
+pod webhook, which reads a pod's owning Trial from its cache, then answered "Trial not found"
+for a while. Trial pods are admitted through their Trial's Workload only; none is gated.
+The node advertises `nvidia.com/gpu` (`localcluster up`; no device exists, the count is all a
+pod gets).
 """
 
 from __future__ import annotations
@@ -107,8 +110,6 @@ def queues(cluster, custom_objects, core_v1, namespace) -> Iterator[Queues]:
             pytest.skip("Kueue is not installed on this cluster (localcluster up installs it)")
     advertise_gpus(cluster)
     stop = keep_trial_crd(cluster)
-    core_v1.patch_namespace(namespace, {"metadata": {"labels": {
-        "shipyard.dev/kueue-pods": "true"}}})
     q = Queues(cluster, custom_objects, namespace)
     try:
         yield q
@@ -293,8 +294,7 @@ def test_two_namespaces_in_one_cohort_share_the_gpus_fairly(shipyard, queues, co
     from tests.conftest import TEST_NAMESPACE_PREFIX
 
     other = f"{TEST_NAMESPACE_PREFIX}-{uuid.uuid4().hex[:8]}"
-    core_v1.create_namespace({"metadata": {"name": other,
-                                           "labels": {"shipyard.dev/kueue-pods": "true"}}})
+    core_v1.create_namespace({"metadata": {"name": other}})
     try:
         cohort = f"cohort-{shipyard.namespace}"
         queues.setup(gpus=1, cohort=cohort)

@@ -215,10 +215,7 @@ class TrialDriver:
                 # Run again after its finish failed (e.g. a pod's delete): the pods go now.
                 if not (self.body.get("spec") or {}).get("keepPods"):
                     await self.remove_pods()
-                with contextlib.suppress(PlanError):  # labelled, and Kueue is gone
-                    self.kueue = await kueue.gate_for(self)
-                if self.kueue is not None:
-                    await self.kueue.release()
+                await self.release_workloads()
                 return
             plan = await self.prepare()
             if plan is None:
@@ -788,6 +785,14 @@ class TrialDriver:
                          + (f" ({cond.reason}: {cond.message})" if cond is not None else ""))
         if not keep:
             await self.remove_pods()
+        await self.release_workloads()
+
+    async def release_workloads(self) -> None:
+        """A trial admitted by Kueue: its Workloads go at its end, however it ended (also when
+        it ended before its driver planned it, e.g. given up), so its quota is free at once."""
+        if self.kueue is None:
+            with contextlib.suppress(PlanError):  # labelled, and Kueue is not there (any more)
+                self.kueue = await kueue.gate_for(self)
         if self.kueue is not None:
             await self.kueue.release()
 
