@@ -197,7 +197,7 @@ def by_hand(cluster, core_v1, tmp_path):
             cluster.kubeconfig, tmp_path / "operator.log",
             {**lease_env(f"shipyard-operator-{TEST_NAMESPACE_PREFIX}hand",
                          f"{TEST_NAMESPACE_PREFIX}-hand-operator"),
-             "SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.5"},
+             "SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.5", "SHIPYARD_RELEASE_ENVIRONMENT": "1"},
             namespaces=(f"{TEST_NAMESPACE_PREFIX}hand-*",))
         op.start()
     finally:

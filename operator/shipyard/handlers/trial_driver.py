@@ -550,6 +550,8 @@ class TrialDriver:
             # packed was kept before the delete.
             self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
         elif reply.exit_code is None:
+            self.logger.warning(f"reading the artifacts of {pod} failed: {reply.error}")
+            await asyncio.sleep(2)  # the exec did not run: look again, not at once
             return False
         else:
             self.logger.warning(f"no artifacts from {pod}: {reply.error}")
