@@ -19,7 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 # The examples whose task.yaml this script owns (the network/accelerator examples keep their own).
-GENERATED = ["hello-world", "multi-step", "separate-verifier"]
+GENERATED = ["compose", "hello-world", "multi-step", "separate-verifier"]
 
 
 class _Literal(str):

@@ -10,6 +10,9 @@ answers depends on the requested model's name, so one server serves every scenar
   the agent offers: claude-code's `Bash`, codex's `exec_command`/`shell`, a chat `bash`
   function), then, once a tool result comes back, a final text answer;
 - `*run-NAME*`: the same with the command given by `--command NAME=COMMAND`;
+- `*mcp*`: the same with a call of the MCP tool given by `--mcp-call TOOL=JSON` (the offered
+  tool whose name ends with TOOL, e.g. claude-code's `mcp__notes__put_note`, with JSON as its
+  arguments; Anthropic Messages API only);
 - `*nothing*`: a final text answer at once (the agent does nothing);
 - `*429*`: HTTP 429, a rate-limit error (told not to retry); `*401*`: HTTP 401, an
   authentication error.
@@ -56,6 +59,7 @@ class Ledger:
 LEDGER = Ledger()
 SOLVE = "true"
 COMMANDS: dict[str, str] = {}
+MCP_CALL: tuple[str, dict[str, Any]] | None = None
 
 
 def command_for(model: str) -> str | None:
@@ -201,10 +205,19 @@ class Handler(BaseHTTPRequestHandler):
         command = command_for(model)
         call = command is not None and not has_tool_result(api, body)
         tool = pick_tool(tool_names(api, body)) if call else None
+        arguments = None
+        if "mcp" in model and MCP_CALL is not None and not has_tool_result(api, body):
+            tool = next((n for n in tool_names(api, body) if n.endswith(MCP_CALL[0])), None)
+            arguments = MCP_CALL[1]
+            if tool is None:
+                print(f"llmstub: no tool ending with {MCP_CALL[0]} among "
+                      f"{tool_names(api, body)}", flush=True)
         stream = bool(body.get("stream"))
         builder = {"messages": anthropic, "responses": responses, "chat": chat,
                    "gemini": gemini}[api]
-        events, whole = builder(model, tool, command or "true")
+        events, whole = (anthropic(model, tool, command or "true", arguments)
+                         if arguments is not None and api == "messages"
+                         else builder(model, tool, command or "true"))
         if stream:
             self._sse(events)
         else:
@@ -218,13 +231,14 @@ def error_body(api: str, kind: str, message: str) -> dict[str, Any]:
     return {"error": {"type": kind, "code": code, "message": message}}
 
 
-def anthropic(model: str, tool: str | None, command: str):
+def anthropic(model: str, tool: str | None, command: str,
+              arguments: dict[str, Any] | None = None):
     msg_id = f"msg_{uuid.uuid4().hex[:20]}"
     usage = {"input_tokens": USAGE_IN, "output_tokens": USAGE_OUT,
              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     if tool:
         block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": tool,
-                 "input": tool_args(tool, command)}
+                 "input": tool_args(tool, command) if arguments is None else arguments}
         stop = "tool_use"
     else:
         block = {"type": "text", "text": "Done."}
@@ -315,15 +329,20 @@ def gemini(model: str, tool: str | None, command: str):
 
 
 def main() -> None:
-    global SOLVE
+    global SOLVE, MCP_CALL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--solve", default="true", help="the shell command a solve run calls")
     parser.add_argument("--command", action="append", default=[], metavar="NAME=COMMAND",
                         help="the shell command a run-NAME model calls (repeatable)")
+    parser.add_argument("--mcp-call", default=None, metavar="TOOL=JSON",
+                        help="the MCP tool an mcp model calls, and its arguments")
     args = parser.parse_args()
     SOLVE = args.solve
+    if args.mcp_call:
+        name, _, arguments = args.mcp_call.partition("=")
+        MCP_CALL = (name, json.loads(arguments))
     for spec in args.command:
         name, _, command = spec.partition("=")
         COMMANDS[name] = command

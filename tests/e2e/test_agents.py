@@ -27,6 +27,7 @@ HELLO = ROOT / "examples" / "hello-world" / "task.yaml"
 SOLVE = 'echo "Hello, world!" > /app/hello.txt'
 KEY = "sk-shipyard-e2e-" + uuid.uuid4().hex  # a fresh key per run: found only if leaked
 PORT = 8000
+MCP_CALL = 'put_note={"key": "greeting", "text": "hello from main"}'
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +97,7 @@ def stub(core_v1, namespace, target_ip) -> Stub:
             containers=[client.V1Container(
                 name="stub", image=TEST_IMAGE, image_pull_policy="Never",
                 command=["python3", "/stub/llmstub.py", "--port", str(PORT), "--solve", SOLVE,
-                         "--command", f"probe={probe}"],
+                         "--command", f"probe={probe}", "--mcp-call", MCP_CALL],
                 volume_mounts=[client.V1VolumeMount(name="stub", mount_path="/stub")],
                 readiness_probe=client.V1Probe(
                     tcp_socket=client.V1TCPSocketAction(port=PORT), period_seconds=1),
@@ -404,3 +405,42 @@ def test_a_sweep_of_two_agents_by_three_attempts_sums_tokens_and_cost_per_eval_k
     assert (harbor["n_input_tokens"], harbor["n_output_tokens"]) == (cc["nInputTokens"],
                                                                      cc["nOutputTokens"])
     assert harbor["cost_usd"] == pytest.approx(cc["costUsd"])
+
+
+def test_claude_code_calls_an_mcp_server_sidecar_by_its_service_name(shipyard, operator, stub,
+                                                                      bundles, key_secret):
+    """examples/compose plus an `mcp` sidecar (tests/e2e/mcp_server.py) declared in
+    [[environment.mcp_servers]] by its service name: claude-code gets it in its .claude.json,
+    the stub's `mcp` model calls its put_note tool, which stores the note in `notes`."""
+    from tests.e2e.test_compose import _example_files
+
+    files = _example_files(**{"task.toml": (
+        "[environment.env]\n",
+        '[[environment.mcp_servers]]\nname = "notes"\ntransport = "streamable-http"\n'
+        'url = "http://mcp:8000/mcp"\n\n[environment.env]\n')})
+    files["environment/mcp/Dockerfile"] = "FROM python:3.12-slim\nCOPY mcp_server.py /srv/\n"
+    files["environment/mcp/mcp_server.py"] = (ROOT / "tests" / "e2e" / "mcp_server.py"
+                                              ).read_text()
+    files["environment/docker-compose.yaml"] += (
+        "  mcp:\n    build: ./mcp\n    command: [python3, /srv/mcp_server.py, '8000']\n"
+        "    environment: {NOTES_URL: 'http://notes:8080', PYTHONUNBUFFERED: '1'}\n"
+        "    depends_on: {notes: {condition: service_healthy}}\n"
+        "    healthcheck:\n      test: [CMD, python3, -c, \"import urllib.request as u; "
+        "u.urlopen('http://127.0.0.1:8000/health')\"]\n      interval: 1s\n"
+        "      retries: 30\n")
+    files["environment/docker-compose.yaml"] = files["environment/docker-compose.yaml"].replace(
+        "volumes:\n  notes-data: {}\n", "") + "volumes:\n  notes-data: {}\n"
+    shipyard.task("mcp-notes", files)
+    # Claude's tool search defers MCP tools behind ToolSearch; the stub calls the tool itself.
+    shipyard.trial("mcp-cc", "mcp-notes",
+                   agent("claude-code", "stub-mcp-cc", stub, bundles, key_secret,
+                         env=[{"name": "ENABLE_TOOL_SEARCH", "value": "false"}]))
+    trial = shipyard.wait("mcp-cc", timeout=420)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    shipyard.namespace).data
+    mcp_lines = [line for line in logs.get("service.mcp.log", "").splitlines()
+                 if line.startswith("mcp:")]
+    assert trial["status"].get("reward") == 1.0, (mcp_lines, shipyard.core.read_namespaced_pod_log(
+        "llmstub", shipyard.namespace)[-2000:])
+    assert "mcp: tools/call" in logs["service.mcp.log"], logs.get("service.mcp.log")
+    assert "stored greeting" in logs["service.notes.log"]

@@ -17,6 +17,7 @@ RUNNABLE = {
     "separate-verifier": {"rewards": {"reward": 1.0, "isolated": 1.0}},
     "no-network": {},
     "allowlist": {},
+    "compose": {},
 }
 
 

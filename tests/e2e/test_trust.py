@@ -4,6 +4,7 @@ real test."""
 
 from __future__ import annotations
 
+import base64
 import time
 
 from shipyard.api.conventions import LABEL_TRIAL, label_value
@@ -247,7 +248,7 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
     shipyard.task("reroll", root)
     shipyard.task("reroll-nobody", nobody)
     shipyard.trial("reroll-root", "reroll", {"name": "command", "command": KILL.format(
-        pattern="'sleep infinity ')")}, retries=2)
+        pattern="'sleep infinity '")}, retries=2)
     shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "command": KILL.format(
         pattern="httpd*")}, retries=2)
     for name in ("reroll-root", "reroll-probe"):
@@ -308,3 +309,38 @@ def test_a_gzip_bomb_task_bundle_is_refused_with_the_operator_s_memory_bounded(
     assert condition(trial, "Failed")["reason"] == "TaskInvalid", brief(trial["status"])
     grown = _rss_kib(operator.proc.pid) - before
     assert grown < 100 * 1024, f"the operator's RSS grew by {grown} KiB"
+
+
+def test_a_shared_verifier_finds_no_secret_in_the_files_the_agent_left(shipyard):
+    """Class 3: an agent (root, then as nobody) writes its key into files under /logs/agent
+    (printenv, base64); a shared verifier that searches /logs for it finds nothing, and the
+    logs hold it redacted."""
+    value = "sk-trust-7f3a91c2d4e5"
+    core = base64.b64encode(value.encode()).decode()[:20]
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "trust-key"}, "stringData": {"MODEL_API_KEY": value}})
+    test_sh = (f"found=$(grep -rl -e {value} -e {core} /logs 2>/dev/null)\n"
+               'echo "found: [$found]"\n'
+               'if [ -z "$found" ] && [ -s /logs/agent/env.txt ]; then echo 1; else echo 0; fi '
+               "> /logs/verifier/reward.txt\n")
+    files = {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+        "instruction.md": "Leak.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh}
+    shipyard.task("leak", files)
+    nobody = dict(files, **{"task.toml": files["task.toml"].replace(
+        "[agent]\n", '[agent]\nuser = "nobody"\n')})
+    shipyard.task("leak-nobody", nobody)
+    agent = {"name": "command", "envFrom": [{"secretRef": {"name": "trust-key"}}],
+             "command": ("printenv > /logs/agent/env.txt; mkdir -p /logs/agent/d; "
+                         "echo \"$MODEL_API_KEY\" | base64 > /logs/agent/d/k.b64; "
+                         "echo \"$MODEL_API_KEY\" > /logs/artifacts/k.txt")}
+    shipyard.trial("leak-root", "leak", agent)
+    shipyard.trial("leak-nobody", "leak-nobody", agent)
+    for name in ("leak-root", "leak-nobody"):
+        trial = shipyard.wait(name, timeout=180)
+        assert trial["status"].get("reward") == 1, (name, brief(trial["status"]))
+        logs = shipyard.core.read_namespaced_config_map(
+            trial["status"]["logsConfigMap"], shipyard.namespace).data
+        assert "found: []" in logs["verifier.log"], logs
+        assert value not in str(logs) and core not in str(logs)

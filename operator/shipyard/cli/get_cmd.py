@@ -149,13 +149,15 @@ def _step_key(step: str) -> str:
 @click.option("--phase", type=click.Choice(["agent", "verifier"]), default=None,
               help="Only this phase's log.")
 @click.option("--step", default=None, help="Only this step of a multi-step trial.")
+@click.option("--service", default=None,
+              help="Only this docker-compose service's log (a sidecar of the trial pod).")
 @click.option("--build", "build", default=None, metavar="JOB",
               help="Instead: the whole log of an image build Job (named in ImageBuildFailed).")
 @NAMESPACE_OPTION
-def logs_cmd(trial: str | None, phase: str | None, step: str | None, build: str | None,
-             namespace: str | None) -> None:
-    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap), or with --build
-    the log of an image build."""
+def logs_cmd(trial: str | None, phase: str | None, step: str | None, service: str | None,
+             build: str | None, namespace: str | None) -> None:
+    """Print a TRIAL's agent and verifier logs (kept in its logs ConfigMap) and its
+    docker-compose services' logs, or with --build the log of an image build."""
     from shipyard.kube.trials import configmap_data, get
 
     ns = namespace_or_default(namespace)
@@ -172,7 +174,16 @@ def logs_cmd(trial: str | None, phase: str | None, step: str | None, build: str 
     data = configmap_data(ns, cm) if cm else None
     if not data:
         fail(f"trial {trial} has no logs yet (phase {status.get('phase', 'Pending')})")
-    keys = log_keys(obj, data, phase, step)
+    if service is not None:
+        from shipyard.plan.compose import service_log_key
+
+        if service_log_key(service) not in data:
+            kept = sorted(k.split(".")[1] for k in data if k.startswith("service."))
+            fail(f"trial {trial} has no log of service {service!r}; services with a log: "
+                 f"{', '.join(kept) or 'none'}")
+        keys = [service_log_key(service)]
+    else:
+        keys = log_keys(obj, data, phase, step)
     if not keys:
         what = " ".join(p for p in (step and f"step {step}", phase and f"{phase} phase") if p)
         fail(f"trial {trial} has no {what or ''} log yet; it has: {', '.join(sorted(data))}")

@@ -18,6 +18,7 @@ from shipyard.cli.serving import (
     task_state,
 )
 from shipyard.taskformat import LoadedTask, TaskFormatError, load_task_dir
+from shipyard.taskformat.compose import compose_refusals
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Leaves room for "-bundle-<10 hex>" in the bundle's ConfigMap name.
@@ -41,7 +42,11 @@ def check_name(name: str) -> str:
 def load_directory(directory: Path) -> LoadedTask:
     """The task directory, validated like `shipyard task lint`; errors are CLI errors."""
     try:
-        return load_task_dir(directory)
+        loaded = load_task_dir(directory)
+        refusals = compose_refusals(loaded)
+        if refusals:
+            raise TaskFormatError.combine(refusals)
+        return loaded
     except TaskFormatError as exc:
         lines = []
         for error in exc.errors:

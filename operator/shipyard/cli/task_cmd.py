@@ -27,6 +27,7 @@ from shipyard.taskformat import (
     step_settings,
     task_config_json,
 )
+from shipyard.taskformat.compose import compose_refusals
 
 PATH_ARGUMENT = click.argument("path", type=click.Path(path_type=Path))
 
@@ -97,7 +98,11 @@ def lint(path: Path) -> None:
     """Check a task like `show`, then warn about what Harbor silently ignores or mishandles."""
     with _reported(path):
         if path.is_dir():
-            warnings = lint_task(load_task_dir(path))
+            loaded = load_task_dir(path)
+            refusals = compose_refusals(loaded)
+            if refusals:
+                raise TaskFormatError.combine(refusals)
+            warnings = lint_task(loaded)
         else:
             warnings = lint_config(_read_config_file(path), str(path))
         verdicts = runnable.verdicts(load_task_dir(path)) if path.is_dir() else []

@@ -14,6 +14,7 @@ from shipyard.api.conventions import (
     LABEL_COMPONENT,
     LABEL_QUEUE_NAME,
     LABEL_TRIAL,
+    owner_name,
     trial_selector,
     workload_name,
 )
@@ -38,8 +39,7 @@ _workloads: dict[tuple[str, str], dict[str, Any] | None] = {}
 async def workload_changed(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
                            **_: Any) -> None:
     """Async so that the wake lands on the loop (see `pod_watch.pod_changed`)."""
-    owner = next((o["name"] for o in body.get("metadata", {}).get("ownerReferences") or []
-                  if o.get("kind") == "Trial"), None)
+    owner = owner_name(body, "Trial")
     if event.get("type") != "DELETED":
         _workloads[(namespace, name)] = dict(body)
     elif owner is not None and driven(namespace, owner):

@@ -45,6 +45,7 @@ from shipyard.plan.images import (
     ImagesReady,
     ImagesUnavailable,
     ImagesWait,
+    context_files,
     image_needs,
     images_status,
     trial_images,
@@ -127,7 +128,7 @@ def ensure_builds(body: dict[str, Any], task: LoadedTask, needs: list[ImageNeed]
     for need in needs:
         if not need.build or need.build_name in builds:
             continue
-        parts = context_parts(task.tree(need.context_dir))
+        parts = context_parts(context_files(task, need))
         existing = kube_builds.create_or_adopt(build_image_build(dict(body), need, force,
                                                                  len(parts)))
         for configmap in build_context_configmaps(existing, parts):

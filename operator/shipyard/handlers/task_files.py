@@ -21,6 +21,7 @@ from shipyard.api.task_source import (
 )
 from shipyard.kube import objects
 from shipyard.taskformat import LoadedTask, TaskFormatError, load_task_files
+from shipyard.taskformat.compose import compose_refusals
 
 # Split bundles (several MiB, read by every trial and refresh) are kept decoded, a few at a time.
 CACHE_ENTRIES = 4
@@ -78,9 +79,13 @@ def _bundle_part(namespace: str, name: str) -> bytes:
 def load_task(task: dict[str, Any]) -> LoadedTask:
     files = task_files(task)
     try:
-        return load_task_files(files, name=task["metadata"]["name"])
+        loaded = load_task_files(files, name=task["metadata"]["name"])
     except TaskFormatError as e:
         raise TaskUnavailable(Reason.TASK_INVALID, str(e)) from e
+    refusals = compose_refusals(loaded)
+    if refusals:  # valid for Harbor, but not runnable here: never run it without them
+        raise TaskUnavailable(Reason.TASK_INVALID, str(TaskFormatError.combine(refusals)))
+    return loaded
 
 
 _lock = threading.Lock()

@@ -51,7 +51,9 @@ from shipyard.kube import nodes as kube_nodes
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.kube.pod_exec import EXEC_TIMEOUT_SEC
 from shipyard.plan.capacity import node_capacities
+from shipyard.plan.compose import service_log_key
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.phases import (
@@ -76,6 +78,12 @@ from shipyard.render.artifact_bundle import (
     clean_artifacts,
 )
 from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
+from shipyard.render.compose import (
+    concat_tars,
+    merge_sidecar_tars,
+    sidecar_artifact_argv,
+    sidecar_hook_argv,
+)
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import (
@@ -86,6 +94,7 @@ from shipyard.render.pod import (
     pod_name_for,
     probe_image_for,
     runner_configmap_name,
+    truncate_log,
 )
 from shipyard.taskformat import LoadedTask
 
@@ -119,6 +128,9 @@ class TrialDriver:
         # watched pod body that may not show the change yet.
         self.pod_network: dict[str, tuple[str | None, datetime | None]] = {}
         self.pod_runners: dict[str, str] = {}  # pod → the runner ConfigMap it mounts
+        # Pods into which a launch of task code was sent (its answer may never come: the
+        # container may end during it): their container's end is that code's failure.
+        self.task_code_sent: set[str] = set()
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
@@ -324,7 +336,8 @@ class TrialDriver:
                 await self.kueue.preempt(plan, evicted)  # type: ignore[union-attr]
                 pods = await self.observe(force=True)
                 continue
-            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries)
+            action, decided, outcome = machine.next_action(self.status, plan, pods, now(), retries,
+                                                           frozenset(self.task_code_sent))
             if decided is not None:
                 await self.save(decided, outcome)
             match action:
@@ -351,6 +364,8 @@ class TrialDriver:
                         pods = await self.observe(force=True)
                         continue
                     if name and not keep:
+                        if role == Role.ENV:
+                            await self.keep_service_logs()
                         await self.flush()  # what ran in it is on record first
                         await self.call(objects.delete_pod, self.namespace, name)
                     await self.save(machine.on_pod_stopped(self.status, role))
@@ -539,22 +554,27 @@ class TrialDriver:
                                     current)
 
     async def keep_artifacts(self, pod: str) -> bool:
-        """The artifacts the collect phase packed in the environment pod, kept in ConfigMaps
-        of the trial's before the pod goes (cleaned when the verifier is set up, as when read
-        from the pod); False when the exec did not run (look again)."""
+        """The artifacts the collect phase packed in the environment pod, with the last step's
+        docker-compose sidecar evidence, kept in ConfigMaps of the trial's before the pod goes
+        (cleaned when the verifier is set up, as when read from the pod); False when the exec
+        did not run (look again)."""
         reply = await self.read_artifacts(pod)
-        if reply.state == "ok":
-            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, reply.stdout))
-        elif reply.state == "gone":
+        if reply.state == "gone":
             # Deleted already (an operator stopped between the delete and its record): what it
             # packed was kept before the delete.
             self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
-        elif reply.exit_code is None:
+            return True
+        if reply.state != "ok" and reply.exit_code is None:
             self.logger.warning(f"reading the artifacts of {pod} failed: {reply.error}")
             await asyncio.sleep(2)  # the exec did not run: look again, not at once
             return False
-        else:
+        if reply.state != "ok":
             self.logger.warning(f"no artifacts from {pod}: {reply.error}")
+        step = self.plan.steps[-1].name if self.plan and self.plan.steps else None
+        data = concat_tars(reply.stdout if reply.state == "ok" else b"",
+                           await self.sidecar_evidence(step))
+        if data:
+            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, data))
         return True
 
     async def kept_artifacts(self) -> bytes | None:
@@ -584,6 +604,9 @@ class TrialDriver:
                     return reply  # the exec did not run: this attempt failed
                 raw = reply.stdout if reply.state == "ok" else None
                 problem = reply.error if reply.state != "ok" else ""
+                evidence = await self.sidecar_evidence(phase.step)  # docker-compose sidecars'
+                if evidence:
+                    raw = concat_tars(raw or b"", evidence)
             else:  # stopped before the last step's verifier: what was kept from it
                 pod = "the environment pod (stopped)"
                 raw = await self.kept_artifacts()
@@ -594,6 +617,9 @@ class TrialDriver:
                     clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
                 except ArtifactsRefused as e:
                     problem = str(e)
+                    clean = None
+            if problem and clean is not None:
+                self.logger.warning(f"no artifacts from {pod}'s main container: {problem}")
             if clean is not None:
                 phase = replace(phase, payload={**phase.payload, "artifacts.tar": clean.tar})
                 if clean.skipped:
@@ -606,6 +632,34 @@ class TrialDriver:
                 self.event("Warning", Reason.ARTIFACTS_SKIPPED,
                            f"no artifacts for the verifier: {problem}"[:1000])
         return build_phase_bundle(phase_id, phase)
+
+    async def sidecar_evidence(self, step: str | None) -> bytes:
+        """The step's docker-compose sidecar evidence for its separate verifier: each
+        sidecar's collect hooks, then its artifacts copied out (best effort, as Harbor's
+        collection: a failure is logged, never fails the trial). After the collect phase in
+        `main`, whose leftover processes the runner ended: the agent cannot change them now."""
+        if self.plan is None or not self.status.pod_name:
+            return b""
+        pod, parts = self.status.pod_name, []
+        for evidence in self.plan.step(step).sidecar_evidence:
+            for hook in evidence.hooks:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_hook_argv(hook),
+                                             hook.timeout_sec)
+                if reply.state != "ok":
+                    self.logger.warning(f"collect hook in {evidence.service} of {pod} "
+                                        f"failed (ignored): {reply.error}")
+            for artifact in evidence.artifacts:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_artifact_argv(artifact),
+                                             EXEC_TIMEOUT_SEC,
+                                             ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES)
+                if reply.state == "ok":
+                    parts.append((artifact, reply.stdout))
+                else:
+                    self.logger.warning(f"artifact {artifact.source} of {evidence.service} in "
+                                        f"{pod} not collected: {reply.error}")
+        return merge_sidecar_tars(parts) if parts else b""
 
     async def exec_runner(self, command: str, plan: TrialPlan, phase_id: str, retries: int,
                           wait: int = 0) -> tuple[tuple[str, PhaseStatus], ...] | None:
@@ -674,6 +728,8 @@ class TrialDriver:
         if command != "launch":
             return await self.exec_call(kube_runner.result, self.namespace, pod_name,
                                         phases[0], limit)
+        if any(plan.phase(p).name not in machine.OWN_PHASES for p in phases):
+            self.task_code_sent.add(pod_name)
         bundles = []
         for phase_id in phases:
             bundle = await self.bundle(phase_id, plan.phase(phase_id))
@@ -726,6 +782,7 @@ class TrialDriver:
         here fails the driver, whose next run removes them (`remove_pods`)."""
         # No Event here: the outcome's own (RewardRecorded, or the failure's reason) ends the
         # story in `kubectl describe`; Completed/Failed would repeat it.
+        await self.keep_service_logs()
         await self.save(machine.finished(self.status, now()))
         await self.flush()
         cond = machine.terminal_condition(self.status)
@@ -735,6 +792,22 @@ class TrialDriver:
             await self.remove_pods()
         if self.kueue is not None:
             await self.kueue.release()
+
+    async def keep_service_logs(self) -> None:
+        """The docker-compose sidecars' logs, kept with the trial's logs before its pod goes."""
+        plan = self.plan
+        if plan is None or plan.environment.compose is None or not self.status.pod_name:
+            return
+        limit = plan.log_limit_bytes
+        for service in plan.environment.compose.service_names:
+            text = await self.call(objects.container_log, self.namespace, self.status.pod_name,
+                                   service, limit)
+            if text:
+                self.pending_logs[service_log_key(service)] = truncate_log(
+                    text, len(text.encode()), limit)
+        if self.pending_logs:
+            self.status = self.status.model_copy(
+                update={"logs_config_map": logs_configmap_name(self.body)})
 
     async def remove_pods(self) -> None:
         for name in (

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from shipyard.kube.client import core
+from shipyard.kube.errors import create_or_none
 from shipyard.kube.objects import get_configmap
 
 
@@ -14,11 +13,7 @@ def save(configmaps: list[dict[str, Any]]) -> None:
     """Create each part, replacing one a restarted operator wrote before."""
     for cm in configmaps:
         ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
-        try:
-            core().create_namespaced_config_map(ns, cm)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        if create_or_none(core().create_namespaced_config_map, ns, cm) is None:
             core().replace_namespaced_config_map(name, ns, cm)
 
 

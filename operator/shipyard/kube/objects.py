@@ -38,6 +38,18 @@ def create_pod(pod: dict[str, Any]) -> dict[str, Any]:
         raise
 
 
+def container_log(namespace: str, pod: str, container: str, limit_bytes: int) -> str:
+    """The end of a container's log (its last `limit_bytes`, roughly); "" when there is none
+    (the pod or container gone, never started)."""
+    try:
+        return core().read_namespaced_pod_log(pod, namespace, container=container,
+                                              limit_bytes=limit_bytes) or ""
+    except ApiException as e:
+        if e.status in (400, 404):
+            return ""
+        raise
+
+
 def delete_pod(namespace: str, name: str, grace_seconds: int = 0) -> None:
     try:
         core().delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)

@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
-from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
+from websocket import ABNF, WebSocketException, WebSocketTimeoutException
 
 from shipyard.kube.client import configuration, count_request
 from shipyard.kube.metrics import API_REQUESTS, timed_exec
@@ -63,20 +63,22 @@ def _pump(ws: Any, out: bytearray, err: bytearray, deadline: float, max_output: 
         if left <= 0:
             raise TimeoutError(f"{what} took over its deadline")
         raw = sock.sock
-        if raw is None or not sock.connected:
+        if raw is None or not sock.connected or raw.fileno() < 0:
             return bytes(status)
-        if not (isinstance(raw, ssl.SSLSocket) and raw.pending()):
-            poll = select.poll()
-            poll.register(raw, select.POLLIN)
-            ready = poll.poll(min(left, 1.0) * 1000)
-            if not ready:
-                continue
-        sock.settimeout(max(0.1, min(left, 30.0)))
         try:
+            if not (isinstance(raw, ssl.SSLSocket) and raw.pending()):
+                poll = select.poll()
+                poll.register(raw, select.POLLIN)
+                ready = poll.poll(min(left, 1.0) * 1000)
+                if not ready:
+                    continue
+            sock.settimeout(max(0.1, min(left, 30.0)))
             opcode, frame = sock.recv_data_frame(True)
         except WebSocketTimeoutException:
             raise TimeoutError(f"{what}: no frame within its deadline") from None
-        except WebSocketConnectionClosedException:
+        except (WebSocketException, OSError, ValueError):
+            # The connection ended (e.g. the container was killed mid-stream): what the
+            # status channel said so far decides (nothing: unavailable).
             return bytes(status)
         if opcode == ABNF.OPCODE_CLOSE:
             return bytes(status)
@@ -96,8 +98,11 @@ def _pump(ws: Any, out: bytearray, err: bytearray, deadline: float, max_output: 
 
 def _status_code(status: bytes) -> int:
     """The command's exit code from the exec's status channel: 0 for Success, the code a
-    NonZeroExitCode status names; ExecUnavailable for any other (e.g. an unreachable
-    kubelet's), as whether the command ran is then unknown."""
+    NonZeroExitCode status names; PodGone when the container no longer exists; ExecUnavailable
+    for any other (e.g. an unreachable kubelet's), as whether the command ran is then
+    unknown."""
+    if b"container not found" in status:
+        raise PodGone(f"the container is gone: {status[:300]!r}")
     try:
         doc = json.loads(status)
         if doc["status"] == "Success":
@@ -156,8 +161,11 @@ def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None, contai
     deadline = time.monotonic() + timeout
     try:
         if stdin:
-            for i in range(0, len(stdin), CHUNK):
-                ws.write_stdin(stdin[i : i + CHUNK])
+            try:
+                for i in range(0, len(stdin), CHUNK):
+                    ws.write_stdin(stdin[i : i + CHUNK])
+            except WebSocketException as e:  # whether the command ran is unknown
+                raise ExecUnavailable(f"the exec's input could not be sent: {e}") from None
         status = _pump(ws, out, err, deadline, max_output, f"exec {argv[:3]} in {namespace}/{pod}")
     finally:
         ws.close()

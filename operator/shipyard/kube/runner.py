@@ -120,3 +120,11 @@ def artifacts(namespace: str, pod: str, limit: int, path: str, current: bool = T
     argv = (["/bin/sh", RUNNER_PATH, "artifacts", str(limit)] if current
             else ["/bin/cat", path])
     return _exec(namespace, pod, argv, what="artifacts", max_output=limit)
+
+
+def exec_in(namespace: str, pod: str, container: str, argv: list[str],
+            timeout: float = EXEC_TIMEOUT_SEC, max_output: int = MAX_OUTPUT_BYTES) -> Reply:
+    """Any command in a container of the pod (a docker-compose sidecar's collect hook or
+    artifact copy), its output read up to `max_output` bytes."""
+    return _exec(namespace, pod, argv, what=argv[0], container=container, timeout=timeout,
+                 max_output=max_output)

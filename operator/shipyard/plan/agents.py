@@ -18,7 +18,7 @@ Differences from Harbor, on purpose:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from shipyard.agents import INSTALLED_AGENTS, REGISTRY
@@ -32,11 +32,12 @@ from shipyard.agents.base import (
     bare_model,
 )
 from shipyard.api.models import AgentSpec
+from shipyard.taskformat import MCPServerConfig
 
 __all__ = [
     "AGENTS", "AGENTS_ROOT", "BUNDLE_SOURCE", "INSTALLED_AGENTS", "USAGE_FILE",
     "AgentConfigError", "AgentDef", "AgentRun", "Option", "agent_run", "bare_model",
-    "base_url_host", "bundle_image",
+    "base_url_host", "bundle_image", "with_mcp_servers",
 ]
 
 AGENTS: Mapping[str, AgentDef] = REGISTRY
@@ -60,6 +61,9 @@ class AgentRun:
     bundle_image: str | None  # None for install: script
     install_hosts: tuple[str, ...] = ()  # install: script only
     native: str | None = None  # collected file the ATIF trajectory is made from
+    mcp_servers: tuple[MCPServerConfig, ...] = ()
+    """The task's `[[environment.mcp_servers]]`, written into the agent's own configuration
+    as Harbor writes it (claude-code, codex, gemini-cli)."""
 
     @property
     def agent(self) -> AgentDef:
@@ -122,6 +126,25 @@ def agent_run(spec: AgentSpec, bundle_repository: str = DEFAULT_BUNDLE_REPOSITOR
         install_hosts=() if bundled else agent.install_hosts,
         native=agent.native,
     )
+
+
+MCP_AGENTS = ("claude-code", "codex", "gemini-cli")
+"""The installed agents Harbor gives MCP servers to (capabilities.mcp_servers)."""
+
+
+def with_mcp_servers(run: AgentRun, servers: list[MCPServerConfig]) -> AgentRun:
+    """The run with the task's MCP servers, or AgentConfigError where Harbor would refuse them
+    (an agent without MCP support) or Shipyard cannot pass them yet (HTTP headers)."""
+    if not servers:
+        return run
+    if run.name not in MCP_AGENTS:
+        raise AgentConfigError("spec.agent.name", f"the task declares MCP servers and "
+                               f"{run.name} does not support them (use one of "
+                               f"{', '.join(MCP_AGENTS)})")
+    if any(s.headers for s in servers):
+        raise AgentConfigError("spec.agent.name", "MCP servers with HTTP headers are not "
+                               "passed to installed agents yet")
+    return replace(run, mcp_servers=tuple(servers))
 
 
 def base_url_host(spec: AgentSpec) -> str | None:

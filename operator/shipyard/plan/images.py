@@ -21,11 +21,14 @@ from shipyard.api.models import (
     ImageStatus,
 )
 from shipyard.api.reasons import Reason
-from shipyard.taskformat import LoadedTask
+from shipyard.taskformat import LoadedTask, TaskFormatError
+from shipyard.taskformat.compose import ComposeEnvironment, load_compose
 from shipyard.taskformat.content_hash import environment_content_hash
 
 ROLE_ENVIRONMENT = "environment"
 ROLE_VERIFIER = "verifier"
+ROLE_SERVICE = "service."
+"""`service.<name>`: the image of a docker-compose sidecar."""
 DOCKERFILE = "Dockerfile"
 COMPOSE_FILE = "docker-compose.yaml"
 Backend = Literal["buildkit", "none"]
@@ -96,6 +99,7 @@ class ImageNeed:
     context_hash: str | None = None
     build: bool = False  # False: a prebuilt image
     timeout_sec: float = 600.0
+    dockerfile: str = DOCKERFILE  # relative to the context (compose `build.dockerfile`)
 
     @property
     def build_name(self) -> str:
@@ -129,10 +133,16 @@ def image_needs(task: LoadedTask, settings: ImageSettings,
     """The task's images by role. ImagesUnavailable when a Dockerfile must be built and no
     builder is configured, or a context cannot be built (docker-compose)."""
     config = task.config
+    try:
+        compose = load_compose(task)
+    except TaskFormatError as e:  # refused at validation; said again here
+        raise ImagesUnavailable(Reason.TASK_INVALID, str(e)) from e
     environment = _need(task, ROLE_ENVIRONMENT, "environment/",
                         config.environment.docker_image, config.environment.build_timeout_sec,
-                        settings, force_build)
+                        settings, force_build, compose)
     needs = [environment] if environment is not None else []
+    if compose is not None:
+        needs += _service_needs(task, compose, settings)
     steps: list[str | None] = list(task.step_names()) if task.is_multi_step else [None]
     roles = {n.role for n in needs}
     for step in steps:
@@ -150,34 +160,74 @@ def image_needs(task: LoadedTask, settings: ImageSettings,
     return needs
 
 
+def _service_needs(task: LoadedTask, compose: ComposeEnvironment,
+                   settings: ImageSettings) -> list[ImageNeed]:
+    """The sidecars' images: built from their `build:` context (one ImageBuild per context
+    hash, as environment/Dockerfile), else their `image:`."""
+    timeout = task.config.environment.build_timeout_sec
+    needs = []
+    for service in compose.sidecars:
+        role = f"{ROLE_SERVICE}{service.name}"
+        if service.build is None:
+            assert service.image is not None  # validated: an image or a build
+            needs.append(ImageNeed(role, "environment/", service.image))
+        else:
+            needs.append(_build_need(task, role, service.build.context, None, timeout,
+                                     settings, service.build.dockerfile))
+    return needs
+
+
+def context_files(task: LoadedTask, need: ImageNeed) -> dict[str, bytes]:
+    """What is sent to the builder: the context directory, its `dockerfile` as `Dockerfile`."""
+    files = task.tree(need.context_dir)
+    if need.dockerfile != DOCKERFILE:
+        files[DOCKERFILE] = files[need.dockerfile]
+    return files
+
+
 def _need(task: LoadedTask, role: str, context_dir: str, docker_image: str | None,
-          timeout_sec: float, settings: ImageSettings, force_build: bool) -> ImageNeed | None:
+          timeout_sec: float, settings: ImageSettings, force_build: bool,
+          compose: ComposeEnvironment | None = None) -> ImageNeed | None:
     files = task.tree(context_dir)
     has_dockerfile = DOCKERFILE in files
     if docker_image and not (force_build and has_dockerfile):
         return ImageNeed(role, context_dir, docker_image)
     if not has_dockerfile:
+        main = compose.main if compose is not None else None
+        if main is not None and main.build is not None:
+            return _build_need(task, role, main.build.context, docker_image, timeout_sec,
+                               settings, main.build.dockerfile)
+        if main is not None and main.image:
+            return ImageNeed(role, context_dir, main.image)
         if COMPOSE_FILE in files:
             raise ImagesUnavailable(
                 Reason.IMAGE_BUILD_UNSUPPORTED,
-                f"{context_dir}{COMPOSE_FILE}: docker-compose environments cannot run on "
-                "Kubernetes; give the task a Dockerfile or a docker_image")
+                f"{context_dir}{COMPOSE_FILE}: the service 'main' has neither a build nor an "
+                "image, and there is no environment/Dockerfile or docker_image")
         return None  # nothing to build: the environment's image serves (lint checks the rest)
+    return _build_need(task, role, context_dir, docker_image, timeout_sec, settings)
+
+
+def _build_need(task: LoadedTask, role: str, context_dir: str, docker_image: str | None,
+                timeout_sec: float, settings: ImageSettings,
+                dockerfile: str = DOCKERFILE) -> ImageNeed:
     if settings.backend == "none" or not settings.registry:
         what = ("[environment].docker_image" if role == ROLE_ENVIRONMENT
                 else "[verifier.environment].docker_image")
         raise ImagesUnavailable(
             Reason.NO_IMAGE_BUILDER,
-            f"{context_dir}{DOCKERFILE}: this operator has no image builder configured "
+            f"{context_dir}{dockerfile}: this operator has no image builder configured "
             f"(builds.backend is none: SHIPYARD_BUILD_BACKEND=buildkit and "
             f"SHIPYARD_BUILD_REGISTRY are not set), so images cannot be built from a "
             f"Dockerfile: configure one (the chart's builds.*; an operator run by hand against "
             f"the local cluster takes its builder from the cluster), or build and push the "
             f"image, then set {what}")
-    digest = environment_content_hash(files, dir_name=context_dir.rstrip("/").split("/")[-1],
+    need = ImageNeed(role, context_dir, "", None, True, timeout_sec, dockerfile)
+    digest = environment_content_hash(context_files(task, need),
+                                      dir_name=context_dir.rstrip("/").split("/")[-1],
                                       docker_image=docker_image)
     ref = f"{settings.registry}/{repository_name(task.name)}:{digest}"
-    return ImageNeed(role, context_dir, ref, digest, True, timeout_sec)
+    return ImageNeed(role, context_dir, ref, digest, True, timeout_sec, dockerfile)
 
 
 # ---------------------------------------------------------------- the Task's images status

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from shipyard.api.conventions import Role
@@ -35,6 +35,7 @@ from shipyard.plan.agents import (
     AgentRun,
     agent_run,
     base_url_host,
+    with_mcp_servers,
 )
 from shipyard.plan.capacity import (
     NodeCapacity,
@@ -43,6 +44,7 @@ from shipyard.plan.capacity import (
     never_fits_message,
     pod_requests,
 )
+from shipyard.plan.compose import ComposePod, SidecarEvidence, compose_pod, sidecar_evidence
 from shipyard.plan.network import (
     MODEL_KEY_SUFFIX,
     ModelPeer,
@@ -68,6 +70,7 @@ from shipyard.taskformat import (
     runnable,
     step_settings,
 )
+from shipyard.taskformat.compose import ComposeEnvironment, load_compose
 
 PhaseKind = Literal[
     "environment", "healthcheck", "setup", "agent", "collect", "verifier-environment",
@@ -210,6 +213,8 @@ class PodPlan:
     accelerators: Accelerators = NO_ACCELERATORS
     agent_bundles: tuple[tuple[str, str], ...] = ()
     """(agent name, bundle image) copied into /shipyard/agents by init containers."""
+    compose: ComposePod | None = None
+    """The task's docker-compose sidecars (the environment pod only)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,8 @@ class StepPlan:
     min_reward: float | dict[str, float] | None
     verifier_pod: PodPlan | None  # separate verifiers only
     bundled_tests: bool = False
+    sidecar_evidence: tuple[SidecarEvidence, ...] = ()
+    """Separate verifiers only: what is collected from docker-compose sidecars."""
 
 
 @dataclass(frozen=True)
@@ -308,12 +315,20 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             trial_net.policies[s.agent.removesuffix(MODEL_KEY_SUFFIX)].mode != "public"
             for s in trial_net.steps.values()):
         installed = _installed_agent(spec, bundle_repository, web_tools=False)
+    if installed is not None:
+        try:
+            installed = with_mcp_servers(installed, env_config.mcp_servers)
+        except AgentConfigError as e:
+            raise PlanError(Reason.TRIAL_INVALID, str(e)) from e
     try:
         container_env = resolve_env_templates(env_config.env, environ)
         solution_env = resolve_env_templates(config.solution.env, environ)
     except ValueError as e:
         raise PlanError(Reason.TASK_INVALID, str(e)) from e
     container_env.update({v.name: v.value for v in spec.environment.env})
+    compose = _compose(task, container_env)
+    if compose is not None and compose.main is not None:  # the task's env wins, as in Harbor
+        container_env = {**compose.main.environment, **container_env}
     environment = PodPlan(
         image=image,
         image_pull_policy=spec.environment.image_pull_policy or "IfNotPresent",
@@ -325,6 +340,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         accelerators=_accelerators(env_config, "environment"),
         agent_bundles=((installed.name, installed.bundle_image),)
         if installed is not None and installed.bundle_image else (),
+        compose=compose_pod(compose, images) if compose is not None else None,
     )
 
     phases = [environment_phase(task, workdir=env_config.workdir)]
@@ -362,13 +378,18 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             multiplier=spec.verifier_timeout_multiplier or spec.timeout_multiplier,
         )
         step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
+        if step_plan.verifier_mode == "separate" and compose is not None:
+            step_plan = replace(step_plan, sidecar_evidence=sidecar_evidence(
+                settings.collect, settings.artifacts))
         step_plans.append(step_plan)
         if step_plan.verifier_mode == "separate":
             collect = collect_phase(settings.collect, settings.artifacts, step, i)
             phases.append(collect)
             assert isinstance(collect.script, CollectScript)
+            sidecar_sources = tuple(a.source for e in step_plan.sidecar_evidence
+                                    for a in e.artifacts)
             phases.append(verifier_environment_phase(
-                step, i, tuple(a.source for a in collect.script.artifacts)))
+                step, i, tuple(a.source for a in collect.script.artifacts) + sidecar_sources))
         phases.append(
             verifier_phase(task, step, i, _user(settings.verifier_user), verifier_timeout,
                            verifier_env, settings.collect, step_plan)
@@ -443,6 +464,13 @@ def capacity_refusal(plan: TrialPlan) -> str | None:
                     + never_fits_message("pair", both, None, plan.nodes)
                     .removeprefix("the pair "))
     return None
+
+
+def _compose(task: LoadedTask, env: Mapping[str, str]) -> ComposeEnvironment | None:
+    try:
+        return load_compose(task, env)
+    except TaskFormatError as e:
+        raise PlanError(Reason.TASK_INVALID, str(e)) from e
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:
@@ -677,8 +705,9 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
     """Before a separate verifier: collect hooks, then the artifacts packed for the verifier
     pod (best effort, as Harbor's collection never fails a trial)."""
     main = tuple(a for a in artifacts if a.effective_service == "main" and a.source.strip("/"))
+    main_hooks = tuple(h for h in hooks if h.service == "main")  # sidecars': SidecarEvidence
     return PhaseSpec(name="collect", id=phase_id("collect", index), step=step,
-                     script=CollectScript(tuple(hooks), main))
+                     script=CollectScript(main_hooks, main))
 
 
 def verifier_environment_phase(step: str | None, index: int | None,

@@ -51,6 +51,8 @@ class PodObservation:
     network: str | None = None  # the network policy key the pod is under (its label)
     network_settled_at: datetime | None = None
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""
+    service_failure: str | None = None
+    """A docker-compose service that failed to start (`service_failure`)."""
     container_exit: bool = False
     """`lost` because a container of the pod ended by itself (neither OOM-killed, nor the pod
     deleted, evicted or its node lost): what ran in the pod ended it (issue 22, class 7)."""
@@ -87,9 +89,11 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         "terminated" in (cs.get("state") or {})
         and (cs["state"]["terminated"].get("reason") or "") != "OOMKilled"
         for cs in status.get("containerStatuses") or [])
-    for cs in status.get("containerStatuses") or []:
+    main_statuses = status.get("containerStatuses") or []
+    # Init containers too: a docker-compose sidecar's image may not pull either.
+    for cs in [*main_statuses, *(status.get("initContainerStatuses") or [])]:
         state = cs.get("state") or {}
-        if "terminated" in state and lost is None:
+        if "terminated" in state and lost is None and any(cs is m for m in main_statuses):
             t = state["terminated"]
             lost = (
                 f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, "
@@ -124,10 +128,48 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         config_error=config_error,
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
+        service_failure=service_failure(pod),
         container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
     )
+
+
+SERVICE_LOG_LINES = 15
+
+
+def service_failure(pod: dict[str, Any]) -> str | None:
+    """Why a docker-compose service of the pod did not start (None: none failed): a sidecar
+    that restarted before `main` ran (its healthcheck never passed, or it exited), or a one-shot
+    service that exited non-zero; with the tail of its log (its termination message)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    services = {c.get("name"): c for c in spec.get("initContainers") or []
+                if not str(c.get("name", "")).startswith("agent-")}
+    main_started = any(cs.get("name") == "main" and ("running" in (cs.get("state") or {})
+                                                      or "terminated" in (cs.get("state") or {}))
+                       for cs in status.get("containerStatuses") or [])
+    for cs in status.get("initContainerStatuses") or []:
+        container = services.get(cs.get("name"))
+        if container is None:
+            continue
+        sidecar = container.get("restartPolicy") == "Always"
+        ended = ((cs.get("state") or {}).get("terminated")
+                 or ((cs.get("lastState") or {}).get("terminated") if sidecar else None))
+        if not ended or (not sidecar and ended.get("exitCode") == 0):
+            continue
+        if sidecar and main_started:
+            continue  # a crash mid-trial: the kubelet restarts it (docs/compose.md)
+        name, code = cs.get("name"), ended.get("exitCode")
+        if sidecar and container.get("startupProbe") and code in (137, 143):
+            probe = container["startupProbe"]
+            why = (f"service {name} never became healthy: its healthcheck failed "
+                   f"{probe.get('failureThreshold')} times, every {probe.get('periodSeconds')} s")
+        else:
+            why = f"service {name} exited with code {code} ({ended.get('reason') or 'Error'})"
+        lines = (ended.get("message") or "").rstrip().splitlines()[-SERVICE_LOG_LINES:]
+        tail = "\n".join(lines) if lines else "(no output)"
+        return f"{why}; the end of its log:\n{tail}"
+    return None
 
 
 def _terminated(status: dict[str, Any]) -> str | None:

@@ -666,9 +666,11 @@ def _tail(text: str, limit: int = 2000) -> str:
 
 
 def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
-                retries: int = 0) -> tuple[Action, TrialStatus | None, Outcome | None]:
+                retries: int = 0, task_code_sent: frozenset[str] = frozenset()
+                ) -> tuple[Action, TrialStatus | None, Outcome | None]:
     """The next thing to do. When the observation alone decides a failure (or a retry), the
-    new status and its outcome come back with the action that follows."""
+    new status and its outcome come back with the action that follows. `task_code_sent`: the
+    pods into which this driver sent a launch of task code (whether or not it came back)."""
     if is_finished(status):
         return Done(), None, None
     if terminal_condition(status) is not None:
@@ -702,7 +704,8 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         return CreatePod(spec.pod, spec.step), None, None
     pod = pods.of(spec.pod)
     first = spec.name in ("environment", "verifier-environment")
-    failure = _pod_failure(status, plan, spec.pod, pod, rec, first, now)
+    failure = _pod_failure(status, plan, spec.pod, pod, rec, first, now,
+                           pod_name(status, spec.pod) in task_code_sent)
     if failure is not None:
         new, out = infrastructure_failure(status, plan, retries, failure[0], failure[1], now)
         if terminal_condition(new) is None:
@@ -745,16 +748,24 @@ TASK_FAILURE_REASONS = {
 }
 
 
-def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord
-                  ) -> PhaseRecord | None:
+def task_code_ran(status: TrialStatus, plan: TrialPlan, role: Role, current: PhaseRecord,
+                  sent: bool = False) -> PhaseRecord | None:
     """The last phase of task code (agent, setup, healthcheck, collect hooks, verifier)
-    launched in the current pod of `role` (for a verifier pod: of the current step), if any."""
+    launched in the current pod of `role` (for a verifier pod: of the current step), if any.
+    With `sent` (a launch of task code was sent into the pod, its answer not recorded: the
+    container may have ended during it, e.g. a chained agent phase), the first phase of task
+    code from the current one on."""
     found = None
     for r in status.phases:
         spec = plan.phase(r.id or r.name)
         if (r.launched and spec.pod == role and r.name not in OWN_PHASES
                 and (role != Role.VERIFIER or r.step == current.step)):
             found = r
+    if found is None and sent:
+        ids = [r.id or r.name for r in status.phases]
+        for r in status.phases[ids.index(current.id or current.name):]:
+            if plan.phase(r.id or r.name).pod == role and r.name not in OWN_PHASES:
+                return r
     return found
 
 
@@ -873,13 +884,16 @@ def _last_step(plan: TrialPlan, step: str | None) -> bool:
 
 
 def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObservation,
-                 rec: PhaseRecord, first: bool, now: datetime) -> tuple[Reason, str] | None:
+                 rec: PhaseRecord, first: bool, now: datetime, sent: bool = False
+                 ) -> tuple[Reason, str] | None:
     what = Role(role).noun
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
+    if pod.service_failure:  # a one-shot service's failure also ends the pod (Failed)
+        return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if pod.lost:
         reason = Reason.OOM_KILLED if "(OOMKilled," in pod.lost else Reason.POD_LOST
-        ran = task_code_ran(status, plan, role, rec) if pod.container_exit else None
+        ran = task_code_ran(status, plan, role, rec, sent) if pod.container_exit else None
         if reason == Reason.POD_LOST and ran is not None:
             return task_failure(ran, pod.lost.replace("environment pod", f"{what} pod"))
         return reason, pod.lost.replace("environment pod", f"{what} pod")

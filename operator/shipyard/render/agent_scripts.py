@@ -8,6 +8,7 @@ Each agent's own command line, post-run script and install commands are in its m
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 
@@ -21,6 +22,75 @@ def flags(options: Mapping[str, Option], kwargs: dict[str, str]) -> str:
     return "".join(p + " " for p in parts)
 
 
+def claude_mcp_json(run: AgentRun) -> str:
+    """Harbor's user-scoped ~/.claude.json MCP servers (no trust dialog, unlike .mcp.json);
+    claude calls streamable HTTP "http"."""
+    servers: dict[str, dict[str, object]] = {}
+    for server in run.mcp_servers:
+        if server.transport == "stdio":
+            servers[server.name] = {"type": "stdio", "command": server.command,
+                                    "args": list(server.args)}
+        else:
+            kind = "http" if server.transport == "streamable-http" else server.transport
+            servers[server.name] = {"type": kind, "url": server.url}
+    return json.dumps({"mcpServers": servers}, indent=2)
+
+
+def codex_mcp_toml(run: AgentRun) -> str:
+    """Harbor's `[mcp_servers.<name>]` tables of codex's config.toml."""
+    lines = []
+    for server in run.mcp_servers:
+        lines.append(f"[mcp_servers.{json.dumps(server.name)}]")
+        if server.transport == "stdio":
+            lines += [f"command = {json.dumps(server.command)}",
+                      f"args = {json.dumps(list(server.args))}"]
+        else:
+            lines.append(f"url = {json.dumps(server.url)}")
+    return "\n".join(lines) + "\n"
+
+
+def gemini_mcp_servers(run: AgentRun) -> dict[str, dict[str, object]]:
+    """Harbor's `mcpServers` of gemini's settings.json (streamable HTTP is `httpUrl`)."""
+    servers: dict[str, dict[str, object]] = {}
+    for server in run.mcp_servers:
+        if server.transport == "stdio":
+            servers[server.name] = {"command": server.command, "args": list(server.args)}
+        elif server.transport == "streamable-http":
+            servers[server.name] = {"httpUrl": server.url}
+        else:
+            servers[server.name] = {"url": server.url}
+    return servers
+
+
+def mcp_setup(run: AgentRun) -> str:
+    """The shell that writes the task's MCP servers where the agent reads them, run just
+    before the agent (after its own setup: gemini's keeps the auth it chose in `$auth`)."""
+    if not run.mcp_servers:
+        return ""
+    if run.name == "claude-code":
+        return (f"printf '%s\\n' {shlex.quote(claude_mcp_json(run))} > "
+                '"$CLAUDE_CONFIG_DIR/.claude.json"\n')
+    if run.name == "codex":
+        return (f"printf '%s' {shlex.quote(codex_mcp_toml(run))} "
+                '>> "$CODEX_HOME/config.toml"\n')
+    servers = json.dumps(gemini_mcp_servers(run))
+    return (
+        'mkdir -p "$HOME/.gemini"\n'
+        'if [ -n "${auth:-}" ]; then security="\\"security\\": {\\"auth\\": '
+        '{\\"selectedType\\": \\"$auth\\"}}, "; else security=""; fi\n'
+        f"printf '{{%s\"mcpServers\": %s}}' \"$security\" {shlex.quote(servers)} "
+        '> "$HOME/.gemini/settings.json"\n')
+
+
+def _with_mcp(command: str, run: AgentRun) -> str:
+    """The agent's command with `mcp_setup` before its last line (the agent itself)."""
+    setup = mcp_setup(run)
+    if not setup:
+        return command
+    head, _, last = command.rpartition("\n")
+    return f"{head}\n{setup}{last}" if head else f"{setup}{last}"
+
+
 def agent_script(run: AgentRun, instruction: str) -> str:
     """The agent phase's command (POSIX sh): the agent, its output to its log, then what
     cuts the usage line and session; the agent's exit code is the phase's."""
@@ -31,7 +101,7 @@ def agent_script(run: AgentRun, instruction: str) -> str:
     return (
         path
         + f"rm -f {USAGE_FILE}\n"
-        + f"{{\n{agent.command(call)}\n}} > {run.log} 2>&1\n"
+        + f"{{\n{_with_mcp(agent.command(call), run)}\n}} > {run.log} 2>&1\n"
         + "rc=$?\n"
         + agent.after
         + 'exit "$rc"\n'

@@ -27,6 +27,7 @@ from shipyard.api.models import API_VERSION
 from shipyard.plan.agents import AGENTS_ROOT, BUNDLE_SOURCE
 from shipyard.plan.phases import PodPlan, TrialPlan
 from shipyard.render.accelerators import apply_scheduling
+from shipyard.render.compose import apply_compose
 
 SECRETS_MOUNT = "/run/shipyard-secrets"
 """Where the agent's Secrets are mounted, in the `secrets` container only."""
@@ -266,7 +267,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         volumes += secret_volumes
     if probe_image is not None:
         containers.append(probe_container(probe_image))
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -287,6 +288,9 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
             "volumes": volumes,
         },
     }
+    if plan.compose is not None:
+        apply_compose(pod["spec"], container, plan.compose, plan.image_pull_policy)
+    return pod
 
 
 def agent_bundle_container(agent: str, image: str) -> dict[str, Any]:

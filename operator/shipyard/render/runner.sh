@@ -54,6 +54,7 @@ PROBE=$ROOT/probe
 GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
+SCRUB_DIRS=${SHIPYARD_SCRUB_DIRS:-/logs/agent /logs/artifacts}
 BASE="" NEWBASE="" TASKCODE=0
 
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
@@ -344,6 +345,7 @@ supervise() {
   # disk for the phases after it.
   rm -f "$p/env" "$p/env.sh"
   [ "$OWN" = 1 ] || sweep  # Shipyard's own phase (no task code) leaves nothing to end
+  [ "$SECRETS" != 1 ] || scrub "$DROPS/$id"
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
   [ -f "$s/timed_out.pending" ] && timed_out=1
@@ -403,6 +405,25 @@ emit() {
   else
     tail -c "$5" "$2" | base64
   fi
+}
+
+# scrub DROP: once a phase given secrets has ended (its processes swept), the values in DROP
+# are redacted inside the files it left under /logs/agent and /logs/artifacts (an agent that
+# ran `printenv` into a file), so that a verifier in this pod never reads them there.
+scrub() {
+  [ -d "$1" ] || return 0
+  patterns=$STATE/scrub.$$
+  (umask 077 && find "$1" -type f -exec cat {} + 2>/dev/null |
+    awk 'length($0) >= 4' >"$patterns")
+  if [ -s "$patterns" ]; then
+    # shellcheck disable=SC2086
+    grep -rlF -f "$patterns" $SCRUB_DIRS 2>/dev/null |
+      while IFS= read -r f; do
+        [ -f "$f" ] && [ ! -L "$f" ] || continue
+        redact <"$f" >"$patterns.out" && cat "$patterns.out" >"$f"
+      done
+  fi
+  rm -f "$patterns" "$patterns.out"
 }
 
 redact() {

@@ -1,5 +1,5 @@
-"""examples/hello-world, multi-step and separate-verifier: each task.yaml is generated from its
-task/ directory (hack/examples.py), and the Trial manifests plan as documented."""
+"""examples/compose, hello-world, multi-step and separate-verifier: each task.yaml is generated
+from its task/ directory (hack/examples.py), and the Trial manifests plan as documented."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from shipyard.taskformat import load_task_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
-NAMES = ["hello-world", "multi-step", "separate-verifier"]
+NAMES = ["compose", "hello-world", "multi-step", "separate-verifier"]
 
 
 def _generator():

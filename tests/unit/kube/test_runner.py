@@ -71,3 +71,58 @@ def test_an_exec_that_never_reached_the_pod_is_unavailable() -> None:
     assert _unreachable(dial)
     assert not _unreachable(ApiException(status=500, reason="container not found"))
     assert not _unreachable(ApiException(status=403, reason="Forbidden"))
+
+
+class _Frames:
+    """A websocket stand-in: `recv_data_frame` hands out the given (channel, bytes) frames;
+    its raw socket always has data waiting (a socketpair with a byte in it)."""
+
+    def __init__(self, frames: list[tuple[int, bytes]], delay: float = 0.0) -> None:
+        import socket
+
+        self.sock, self._other = socket.socketpair()
+        self._other.send(b"x")
+        self.connected = True
+        self.frames, self.delay, self.read = list(frames), delay, 0
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def recv_data_frame(self, control: bool):
+        import time
+        from types import SimpleNamespace
+
+        from websocket import ABNF
+
+        time.sleep(self.delay)
+        if not self.frames:
+            return ABNF.OPCODE_CLOSE, SimpleNamespace(data=b"")
+        channel, data = self.frames.pop(0)
+        self.read += 1
+        return ABNF.OPCODE_BINARY, SimpleNamespace(data=bytes([channel]) + data)
+
+
+def test_exec_output_is_read_frame_by_frame_within_a_cap_and_a_deadline() -> None:
+    """Issue 22 (class 5): a command printing without end neither outlives its deadline nor
+    fills the operator's memory past the cap; each frame is placed by itself."""
+    import time
+    from types import SimpleNamespace
+
+    import pytest
+
+    from shipyard.kube.pod_exec import OutputTooLarge, _pump, _status_code
+
+    ok = b'{"status": "Success"}'
+    ws = SimpleNamespace(sock=_Frames([(1, b"a" * 10), (2, b"warn"), (1, b"b"), (3, ok)]))
+    out, err = bytearray(), bytearray()
+    status = _pump(ws, out, err, time.monotonic() + 5, 100, "exec")
+    assert (bytes(out), bytes(err), _status_code(status)) == (b"a" * 10 + b"b", b"warn", 0)
+    endless = SimpleNamespace(sock=_Frames([(1, b"x" * 1000)] * 10_000))
+    with pytest.raises(OutputTooLarge, match="more than 5000 bytes"):
+        _pump(endless, bytearray(), bytearray(), time.monotonic() + 5, 5000, "exec")
+    assert endless.sock.read == 6  # stopped at the frame past the cap
+    slow = SimpleNamespace(sock=_Frames([(1, b"x")] * 1000, delay=0.05))
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        _pump(slow, bytearray(), bytearray(), time.monotonic() + 0.5, 10**9, "exec")
+    assert time.monotonic() - began < 1.5

@@ -421,6 +421,18 @@ def test_separate_verifier_collects_task_and_trial_artifacts() -> None:
     for source in ("logs/artifacts", "app/answer.txt", "app/extra"):
         assert source in collect
     assert plan.phase("verifier").pod == "verifier"
+    # The verifier pod's setup knows the declared paths, never extracts at /, and copies each
+    # artifact from its own folder to its own path (issue 22).
+    env = plan.phase("verifier-environment")
+    assert env.script.artifacts == ("/logs/artifacts", "/app/answer.txt", "/app/extra/")
+    prepare = scripts(env).prepare
+    assert "-C /" not in prepare and "-C / " not in prepare
+    assert 'tar -x -f "$SHIPYARD_PAYLOAD"/artifacts.tar -C "$SHIPYARD_PAYLOAD"/artifacts-tree' \
+        in prepare
+    for rel in ("logs/artifacts", "app/answer.txt", "app/extra"):
+        assert f'cp -a "$SHIPYARD_PAYLOAD"/artifacts-tree/{rel}' in prepare, prepare
+    # The collect phase packs where only root can write.
+    assert "/shipyard/state/artifacts.tar" in scripts(plan.phase("collect")).command
 
 
 def test_invalid_trial_artifact_is_trial_invalid() -> None:

@@ -335,6 +335,21 @@ def test_a_container_ended_by_the_agent_is_its_failure_not_a_free_retry(name: st
     assert cond(decided, "Failed") is None and decided.attempts[0].reason == "PodLost"
 
 
+def test_a_container_ended_during_a_launch_of_task_code_is_that_code_s_failure() -> None:
+    """The agent ends its container within the exec that launched it (chained with the
+    environment phase): no launch is on record, but the driver sent one."""
+    plan = plan_for(retries=2)
+    killed = observe_pod(pod(container_state={"terminated": {"reason": "Error",
+                                                             "exitCode": 137}}))
+    status = with_pod(plan)
+    status, _ = m.on_launch(status, "environment", running(), at(1))
+    sent = frozenset({status.pod_name})
+    _, decided, _ = m.next_action(status, plan, pods(killed), at(4), 2, sent)
+    assert cond(decided, "Failed").reason == "AgentFailed", decided
+    _, decided, _ = m.next_action(status, plan, pods(killed), at(4), 2)
+    assert cond(decided, "Failed") is None and decided.attempts[0].reason == "PodLost"
+
+
 def test_a_runner_broken_after_the_agent_ran_is_the_agent_s_failure() -> None:
     plan = plan_for()
     status = mid_agent(plan)

@@ -930,3 +930,27 @@ def test_a_phase_s_environment_file_is_gone_once_it_ends(runner: Runner) -> None
     result = runner.run_phase(phase("echo $JUDGE_KEY", env={"JUDGE_KEY": "judge-4d2"}), "s1-v")
     assert result.output == "judge-4d2\n"
     assert not list((runner.root / "phases" / "s1-v").glob("env*"))
+
+
+def test_files_a_phase_given_secrets_left_in_the_log_folders_are_scrubbed(
+        runner: Runner) -> None:
+    """Issue 22 (class 3): an agent that ran `printenv` into files under /logs/agent: once it
+    ends, the values are redacted there (a shared verifier reads those folders); other files
+    and links are left as they are."""
+    logs = runner.root / "logs-agent"
+    logs.mkdir()
+    runner.env["SHIPYARD_SCRUB_DIRS"] = str(logs)
+    outside = runner.root / "outside.txt"
+    outside.write_text("keep sk-live-0123456789 here\n")
+    mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
+    command = (f'env > "{logs}/env.txt"; mkdir -p "{logs}/deep"; '
+               f'echo "$API_KEY" | base64 > "{logs}/deep/b64.txt"; '
+               f'echo plain > "{logs}/plain.txt"; ln -s "{outside}" "{logs}/link"\n')
+    result = runner.run_phase(phase(command, secrets=True))
+    assert result.exit_code == 0, result.output
+    assert "API_KEY=[REDACTED]" in (logs / "env.txt").read_text()
+    assert "sk-live" not in (logs / "env.txt").read_text()
+    encoded = (logs / "deep" / "b64.txt").read_text()
+    assert encoded.startswith("[REDACTED]") and "c2stbGl2ZS0wMTIzNDU2Nzg5" not in encoded
+    assert (logs / "plain.txt").read_text() == "plain\n"
+    assert outside.read_text() == "keep sk-live-0123456789 here\n"
