@@ -197,7 +197,7 @@ def by_hand(cluster, core_v1, tmp_path):
             cluster.kubeconfig, tmp_path / "operator.log",
             {**lease_env(f"shipyard-operator-{TEST_NAMESPACE_PREFIX}hand",
                          f"{TEST_NAMESPACE_PREFIX}-hand-operator"),
-             "SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.5"},
+             "SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.5", "SHIPYARD_RELEASE_ENVIRONMENT": "1"},
             namespaces=(f"{TEST_NAMESPACE_PREFIX}hand-*",))
         op.start()
     finally:
@@ -255,3 +255,38 @@ def test_by_hand_a_two_cpu_task_and_a_separate_verifier_asking_for_every_cpu_are
     assert f"requests cpu {cpus * 2}010m" in failed["message"], failed  # + the probe's 10m
     assert f"cpus = {cpus * 4}" in failed["message"], failed
     assert "SHIPYARD_TRIAL_CPU_REQUEST_RATIO" in failed["message"], failed
+
+
+# ------------------------------------------- build contexts with same-sized files (corpus find)
+
+def marker_task(marker: str) -> dict[str, str]:
+    """A built image that holds `marker`; the verifier checks the image is this task's."""
+    return {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                     'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n',
+        "instruction.md": "Nothing to do.\n",
+        "environment/Dockerfile": "FROM debian:bookworm\nCOPY marker.txt /marker.txt\n",
+        "environment/marker.txt": marker + "\n",
+        "solution/solve.sh": "#!/bin/bash\ntrue\n",
+        "tests/test.sh": '#!/bin/bash\nif [ "$(cat /marker.txt)" = "$(cat /tests/expected.txt)" ]; '
+                         "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+        "tests/expected.txt": marker + "\n",
+    }
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_contexts_whose_files_differ_only_in_content_each_build_their_own_image(shipyard):
+    """Two Harbor example tasks (verifier-mode-matrix separate-explicit and -implicit) have a
+    tests/test.sh of the same size; built at the same time, one image got the other's file
+    (buildkitd reuses what it was sent for a `context` and skips files of the same size and
+    mtime, and the contexts were unpacked with the bundle's fixed mtimes), so its verifier
+    graded the other task: reward 0 for a right answer. Four such builds at once: without the
+    fix two of four were wrong here."""
+    nonce = uuid.uuid4().hex[:12]
+    names = ("first", "second", "third", "fourth")
+    for i, name in enumerate(names):
+        shipyard.task(name, marker_task(f"{i}{nonce}"))
+        shipyard.trial(f"{name}-oracle", name)
+    for name in names:
+        trial = shipyard.wait(f"{name}-oracle", timeout=400)
+        assert trial["status"].get("reward") == 1, (name, brief(trial["status"]))

@@ -562,6 +562,8 @@ class TrialDriver:
             self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
             return True
         if reply.state != "ok" and reply.exit_code is None:
+            self.logger.warning(f"reading the artifacts of {pod} failed: {reply.error}")
+            await asyncio.sleep(2)  # the exec did not run: look again, not at once
             return False
         if reply.state != "ok":
             self.logger.warning(f"no artifacts from {pod}: {reply.error}")

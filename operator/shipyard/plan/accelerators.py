@@ -227,6 +227,7 @@ POD_DEFAULTS_ENV = {
     "cpu_request_max": "SHIPYARD_TRIAL_CPU_REQUEST_MAX",  # a CPU quantity: "500m", "1"
 }
 LOG_LIMIT_ENV = "SHIPYARD_LOG_LIMIT_BYTES"
+RELEASE_ENVIRONMENT_ENV = "SHIPYARD_RELEASE_ENVIRONMENT"
 DEFAULT_LOG_LIMIT_BYTES = 256 * 1024
 
 
@@ -285,6 +286,10 @@ class SchedulingSettings:
     """Operator-wide pod settings (the Helm chart's `trials.*`) under each Trial's spec.pod."""
     log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES
     """The tail of each phase log kept in a Trial's logs ConfigMap."""
+    release_environment: bool = False
+    """Stop the environment pod (its artifacts kept in ConfigMaps) before the last step's
+    separate verifier pod is created, as Harbor does (SHIPYARD_RELEASE_ENVIRONMENT=1):
+    the verifier gets the resources the environment held. Off: the two pods coexist."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> SchedulingSettings:
@@ -313,5 +318,7 @@ class SchedulingSettings:
             limit = int(raw_limit) if raw_limit else DEFAULT_LOG_LIMIT_BYTES
         except ValueError:
             raise ValueError(f"{LOG_LIMIT_ENV}={raw_limit!r} is not a whole number") from None
+        release = (environ.get(RELEASE_ENVIRONMENT_ENV) or "").strip().lower()
         return cls(*values, pod_defaults=defaults,
-                   log_limit_bytes=limit if limit > 0 else DEFAULT_LOG_LIMIT_BYTES)
+                   log_limit_bytes=limit if limit > 0 else DEFAULT_LOG_LIMIT_BYTES,
+                   release_environment=release in ("1", "true", "yes", "on"))

@@ -243,6 +243,8 @@ class TrialPlan:
     log_limit_bytes: int = SchedulingSettings.log_limit_bytes
     nodes: tuple[NodeCapacity, ...] = ()
     """The schedulable nodes' allocatable CPU and memory when planned (empty: not known)."""
+    release_environment: bool = False
+    """The environment pod goes before the last step's separate verifier pod is created."""
     log_key_bytes: int = SchedulingSettings.log_limit_bytes
     """What each key of the logs ConfigMap keeps (`log_budget`)."""
 
@@ -419,6 +421,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         image_pull_grace_sec=(scheduling or SchedulingSettings()).image_pull_grace_sec,
         log_limit_bytes=(scheduling or SchedulingSettings()).log_limit_bytes,
         nodes=nodes,
+        release_environment=(scheduling or SchedulingSettings()).release_environment,
         log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
     )
     refusal = capacity_refusal(plan)
@@ -447,16 +450,18 @@ def capacity_refusal(plan: TrialPlan) -> str | None:
             continue
         if not fits_some(requests, plan.nodes):
             return never_fits_message(what, requests, pod.cpus, plan.nodes)
-    for step in plan.steps[:-1]:
+    for step in plan.steps if not plan.release_environment else plan.steps[:-1]:
         verifier = step.verifier_pod
         if (verifier is None or verifier.accelerators.requested
                 or plan.environment.accelerators.requested):
             continue
         both = env + pod_requests_of(plan, verifier)
         if not fits_some(both, plan.nodes):
-            return ("step " + str(step.name) + "'s separate verifier runs beside the "
-                    "environment (a later step needs the environment), and the two pods "
-                    "together " + never_fits_message("pair", both, None, plan.nodes)
+            why = ("a later step needs the environment" if step is not plan.steps[-1]
+                   else "SHIPYARD_RELEASE_ENVIRONMENT is off")
+            return (f"{f'step {step.name}' + chr(39) + 's' if step.name else 'the'} separate "
+                    f"verifier runs beside the environment ({why}), and the two pods together "
+                    + never_fits_message("pair", both, None, plan.nodes)
                     .removeprefix("the pair "))
     return None
 

@@ -690,7 +690,8 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
     # The agent environment is stopped before the last step's separate verifier pod is
     # created (as Harbor stops it before the verifier's environment starts): the verifier
     # gets the node's resources the environment held; its artifacts are kept first.
-    if (spec.name == "verifier-environment" and spec.pod == Role.VERIFIER and status.pod_name
+    if (plan.release_environment and spec.name == "verifier-environment"
+            and spec.pod == Role.VERIFIER and status.pod_name
             and status.verifier_pod_name is None and _last_step(plan, spec.step)):
         return StopPod(Role.ENV, keep_artifacts=True), None, None
     if (spec.name == "verifier" and spec.pod == Role.VERIFIER and status.pod_name

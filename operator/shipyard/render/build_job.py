@@ -125,7 +125,11 @@ def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str,
             "name": "context",
             "image": settings.builder_image,
             "imagePullPolicy": "IfNotPresent",
-            "command": ["sh", "-c", f"cat {unpack} | tar -xzf - -C /ctx"],
+            # -m: today's mtimes, not the bundle's fixed ones. buildkitd reuses what it was sent
+            # for a `context` before and skips files whose size and mtime match (fsutil's
+            # diff copy), so two contexts with a same-sized file (a test.sh differing in one
+            # word) built one after the other got the first one's file: a wrong verifier.
+            "command": ["sh", "-c", f"cat {unpack} | tar -xzmf - -C /ctx"],
             "volumeMounts": [*mounts[:1], *({"name": f"context-{i}",
                                              "mountPath": f"/context/{i}"}
                                             for i in range(len(names)))],

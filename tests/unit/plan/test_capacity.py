@@ -135,10 +135,16 @@ def test_a_non_last_steps_verifier_must_fit_beside_the_environment():
     assert "cpu 3020m" in e.value.message
     roomy = (NodeCapacity("big", 4000, 8 * 1024 * MI),)
     build_plan(loaded, trial_spec(), {}, scheduling=scheduling, nodes=roomy)
-    # The last step's verifier alone: a single-step task with the same pods fits two cores.
+    # The last step's verifier: beside the environment unless it is released first.
     single = task(HELLO_TOML.replace("[verifier]", '[verifier]\nenvironment_mode = "separate"')
                   + "cpus = 2\n")
-    build_plan(single, trial_spec(), {}, scheduling=scheduling, nodes=TWO_CORES)
+    with pytest.raises(PlanError) as e:
+        build_plan(single, trial_spec(), {}, scheduling=scheduling, nodes=TWO_CORES)
+    assert "SHIPYARD_RELEASE_ENVIRONMENT is off" in e.value.message
+    released = SchedulingSettings.from_env({"SHIPYARD_TRIAL_CPU_REQUEST_RATIO": "0.75",
+                                            "SHIPYARD_RELEASE_ENVIRONMENT": "1"})
+    assert build_plan(single, trial_spec(), {}, scheduling=released,
+                      nodes=TWO_CORES).release_environment
 
 
 def _pending(plan):

@@ -322,10 +322,9 @@ def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last
         "Launch:s2-setup", "ReadResult:s2-setup",
         "Launch:s2-agent", "ReadResult:s2-agent",
         "Launch:s2-collect", "ReadResult:s2-collect",
-        # The environment goes (its artifacts kept) before the last verifier pod exists.
-        "StopPod:env",
         "CreatePod:verifier@b",
         "Launch:s2-verifier-environment", "ReadResult:s2-verifier-environment",
+        "StopPod:env",
         "Launch:s2-verifier", "ReadResult:s2-verifier",
         "Finish", "Done",
     ]
@@ -337,6 +336,21 @@ def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last
 
 
 # ---------------------------------------------------------------- min_reward
+
+
+def test_with_the_release_setting_the_env_goes_before_the_last_verifier_pod_exists() -> None:
+    """SHIPYARD_RELEASE_ENVIRONMENT: as Harbor, the environment stops (its artifacts kept)
+    before the last step's separate verifier pod is created, so the two never coexist."""
+    from dataclasses import replace
+
+    plan = replace(steps_plan({"a": "", "b": ""}, root=SEPARATE), release_environment=True)
+    run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
+                             "s2-verifier": rewarded_txt("0")})
+    at = run.actions.index("Launch:s2-collect")
+    assert run.actions[at:at + 5] == [
+        "Launch:s2-collect", "ReadResult:s2-collect", "StopPod:env", "CreatePod:verifier@b",
+        "Launch:s2-verifier-environment"]
+    assert run.actions.count("StopPod:env") == 1
 
 
 def test_min_reward_scalar_stops_the_remaining_steps() -> None:

@@ -67,7 +67,7 @@ def test_a_large_context_is_split_and_joined_in_order():
     pod = build_job(ib, LOCAL)["spec"]["template"]["spec"]
     init = pod["initContainers"][0]
     assert init["command"][-1] == ("cat /context/0/context.tar.gz /context/1/context.tar.gz "
-                                   "/context/2/context.tar.gz | tar -xzf - -C /ctx")
+                                   "/context/2/context.tar.gz | tar -xzmf - -C /ctx")
     assert [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v] == [
         c["metadata"]["name"] for c in cms]
 
@@ -87,7 +87,7 @@ def test_job_runs_buildctl_with_push_cache_and_deadline():
             in argv)
     assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert pod["initContainers"][0]["command"][-1] == (
-        "cat /context/0/context.tar.gz | tar -xzf - -C /ctx")
+        "cat /context/0/context.tar.gz | tar -xzmf - -C /ctx")
     assert not main["env"]  # no push credentials configured: none mounted
 
 
