@@ -89,6 +89,10 @@ from shipyard.render.pod import (
 )
 from shipyard.taskformat import LoadedTask
 
+KEEP_ARTIFACTS_TRIES = 6
+"""Reads of the environment pod's artifacts (before it stops) whose exec did not run, after
+which the verifier gets none (said in an Event) rather than the trial waiting forever."""
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -122,6 +126,7 @@ class TrialDriver:
         # Pods into which a launch of task code was sent (its answer may never come: the
         # container may end during it): their container's end is that code's failure.
         self.task_code_sent: set[str] = set()
+        self.keep_tries = 0  # failed reads of the artifacts before the environment pod stops
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
@@ -553,10 +558,17 @@ class TrialDriver:
             # Deleted already (an operator stopped between the delete and its record): what it
             # packed was kept before the delete.
             self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
-        elif reply.exit_code is None:
+        elif reply.exit_code is None and self.keep_tries < KEEP_ARTIFACTS_TRIES:
+            # The exec did not run: look again after a pause (never a busy loop of execs).
+            self.keep_tries += 1
+            self.logger.warning(f"reading the artifacts of {pod} failed (try "
+                                f"{self.keep_tries}): {reply.error}")
+            await asyncio.sleep(min(5.0, 1.0 + 2 * (self.keep_tries - 1)))
             return False
-        else:
+        else:  # refused (over the limit), or unreadable however often tried: said, not kept
             self.logger.warning(f"no artifacts from {pod}: {reply.error}")
+            self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                       f"no artifacts for the verifier: {reply.error}"[:1000])
         return True
 
     async def kept_artifacts(self) -> bytes | None:
