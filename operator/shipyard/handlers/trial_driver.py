@@ -98,6 +98,10 @@ from shipyard.render.pod import (
 )
 from shipyard.taskformat import LoadedTask
 
+KEEP_ARTIFACTS_TRIES = 6
+"""Reads of the environment pod's artifacts (before it stops) whose exec did not run, after
+which the verifier gets none (said in an Event) rather than the trial waiting forever."""
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -131,6 +135,7 @@ class TrialDriver:
         # Pods into which a launch of task code was sent (its answer may never come: the
         # container may end during it): their container's end is that code's failure.
         self.task_code_sent: set[str] = set()
+        self.keep_tries = 0  # failed reads of the artifacts before the environment pod stops
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
 
     # ------------------------------------------------------------ plumbing
@@ -561,12 +566,18 @@ class TrialDriver:
             # packed was kept before the delete.
             self.logger.info(f"{pod} is gone: its artifacts were kept before it was deleted")
             return True
-        if reply.state != "ok" and reply.exit_code is None:
-            self.logger.warning(f"reading the artifacts of {pod} failed: {reply.error}")
-            await asyncio.sleep(2)  # the exec did not run: look again, not at once
+        if (reply.state != "ok" and reply.exit_code is None
+                and self.keep_tries < KEEP_ARTIFACTS_TRIES):
+            # The exec did not run: look again after a pause (never a busy loop of execs).
+            self.keep_tries += 1
+            self.logger.warning(f"reading the artifacts of {pod} failed (try "
+                                f"{self.keep_tries}): {reply.error}")
+            await asyncio.sleep(min(5.0, 1.0 + 2 * (self.keep_tries - 1)))
             return False
-        if reply.state != "ok":
+        if reply.state != "ok":  # refused (over the limit), or unreadable however often tried
             self.logger.warning(f"no artifacts from {pod}: {reply.error}")
+            self.event("Warning", Reason.ARTIFACTS_SKIPPED,
+                       f"no artifacts for the verifier: {reply.error}"[:1000])
         step = self.plan.steps[-1].name if self.plan and self.plan.steps else None
         data = concat_tars(reply.stdout if reply.state == "ok" else b"",
                            await self.sidecar_evidence(step))
