@@ -249,8 +249,12 @@ def load_compose(task: LoadedTask, variables: Mapping[str, str] | None = None
     if text is None:
         return None
     values = {**dict(task.config.environment.env), **(variables or {}), **infra_variables(task)}
+    # Harbor merges the task's file over its own base file, whose `main` is built from
+    # environment/Dockerfile or runs [environment].docker_image: with either, a task's file
+    # may name only its sidecars.
+    base_main = "environment/Dockerfile" in task.files or bool(task.config.environment.docker_image)
     return parse_compose(text.decode("utf-8", errors="replace"), values,
-                         task.tree("environment/"))
+                         task.tree("environment/"), base_main=base_main)
 
 
 def _error(reason: str, field_: str | None = None) -> TaskFormatError:
@@ -258,9 +262,11 @@ def _error(reason: str, field_: str | None = None) -> TaskFormatError:
 
 
 def parse_compose(text: str, variables: Mapping[str, str],
-                  environment_files: Mapping[str, bytes] | None = None) -> ComposeEnvironment:
+                  environment_files: Mapping[str, bytes] | None = None,
+                  base_main: bool = False) -> ComposeEnvironment:
     """Parse and validate a compose file (`environment_files`: the paths under environment/,
-    for build contexts and env_file)."""
+    for build contexts and env_file; `base_main`: the task's Dockerfile or docker_image is
+    `main` when the file does not name it, as Harbor's base file does)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -288,7 +294,7 @@ def parse_compose(text: str, variables: Mapping[str, str],
             continue
         if service is not None:
             services[service.name] = service
-    errors += _cross_errors(services)
+    errors += _cross_errors(services, base_main)
     if errors:
         raise TaskFormatError.combine(errors)
     return ComposeEnvironment(_start_order(services))
@@ -688,10 +694,12 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     )
 
 
-def _cross_errors(services: dict[str, Service]) -> list[TaskFormatError]:
+def _cross_errors(services: dict[str, Service], base_main: bool) -> list[TaskFormatError]:
     errors = []
-    if MAIN not in services:
-        errors.append(_error("the agent's service 'main' is missing", "services"))
+    if MAIN not in services and not base_main:
+        errors.append(_error("the agent's service 'main' is missing, and there is no "
+                             "environment/Dockerfile or [environment].docker_image to be it",
+                             "services"))
     owners: dict[int, str] = {}
     for service in services.values():
         for port in service.ports:

@@ -228,7 +228,20 @@ def test_missing_main_build_context_and_verifier_compose_are_refused():
     text = "\n".join(reasons)
     assert "tests/docker-compose.yaml: a separate verifier's docker-compose" in text
     assert "build context '../outside' is outside environment/" in text
-    assert "the agent's service 'main' is missing" in text
+    assert "the agent's service 'main' is missing" not in text  # environment/Dockerfile is
+
+
+def test_missing_main_is_the_dockerfile_or_docker_image_as_in_harbors_base_file():
+    sidecars_only = "services:\n  helper: {image: python:3.12-slim, command: [sleep, infinity]}\n"
+    env = load_compose(_task(sidecars_only))  # environment/Dockerfile is main
+    assert env is not None and env.main is None and [s.name for s in env.sidecars] == ["helper"]
+    files = {k: v.encode() for k, v in BASE.items() if k != "environment/Dockerfile"}
+    files["environment/docker-compose.yaml"] = sidecars_only.encode()
+    [reason] = [str(e) for e in compose_refusals(load_task_files(files, name="shop"))]
+    assert "the agent's service 'main' is missing, and there is no environment/Dockerfile" in reason
+    files["task.toml"] = files["task.toml"].replace(
+        b"[environment]\n", b'[environment]\ndocker_image = "ubuntu:24.04"\n')
+    assert compose_refusals(load_task_files(files, name="shop")) == []
 
 
 def test_build_with_another_dockerfile_and_missing_dockerfile():
