@@ -49,6 +49,26 @@ def test_compose_example_sidecar_holds_what_the_agent_wrote(cluster, operator, s
     assert missing.returncode != 0 and "services with a log: notes" in missing.stderr, missing
 
 
+def test_a_file_naming_only_its_sidecars_runs_main_from_the_tasks_image(shipyard):
+    """Harbor merges a task's compose file over its base file, whose `main` is the task's
+    Dockerfile or docker_image: a file that names only its sidecars (as two of Harbor's own
+    example tasks do) runs, it is not refused for a missing `main`."""
+    main_block = ("  main:\n    image: ${PREBUILT_IMAGE_NAME}\n    environment:\n"
+                  "      NOTES_URL: http://notes:${NOTES_PORT}\n    depends_on:\n"
+                  "      notes:\n        condition: service_healthy\n")
+    files = _example_files(**{"environment__docker-compose.yaml": (main_block, "")},
+                           **{"task.toml": ('NOTES_PORT = "8080"\n',
+                                            'NOTES_PORT = "8080"\n'
+                                            'NOTES_URL = "http://notes:8080"\n')})
+    shipyard.task("sidecars-only", files)
+    shipyard.trial("sidecars-only-oracle", "sidecars-only")
+    shipyard.trial("sidecars-only-nop", "sidecars-only", {"name": "nop"})
+    oracle = shipyard.wait("sidecars-only-oracle", timeout=300)
+    nop = shipyard.wait("sidecars-only-nop", timeout=300)
+    assert oracle["status"].get("reward") == 1.0, oracle["status"]
+    assert nop["status"].get("reward") == 0.0, nop["status"]
+
+
 def test_a_sidecar_that_never_becomes_healthy_fails_the_environment_naming_it(shipyard):
     files = _example_files(**{"environment__docker-compose.yaml": (
         "      retries: 30", "      retries: 2")})

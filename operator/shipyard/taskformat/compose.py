@@ -139,6 +139,7 @@ class Service:
     volumes: tuple[VolumeMount, ...] = ()
     ports: tuple[int, ...] = ()
     aliases: tuple[str, ...] = ()
+    own_networks: bool = False  # it names `networks:` (Harbor then leaves it out of egress control)
     cap_add: tuple[str, ...] = ()
     read_only: bool = False
 
@@ -197,7 +198,27 @@ def compose_refusals(task: LoadedTask) -> list[TaskFormatError]:
             load_compose(task)
         except TaskFormatError as e:
             errors += e.errors
-    return errors + _sidecar_evidence_refusals(task)
+    return errors + _network_refusals(task) + _sidecar_evidence_refusals(task)
+
+
+def _network_refusals(task: LoadedTask) -> list[TaskFormatError]:
+    """Harbor's egress control leaves out a sidecar that names its own `networks:`, so such a
+    sidecar reaches out while main cannot; in one trial pod every service has the pod's network
+    and its policy, so that cannot be honoured (refused rather than graded as blocked)."""
+    mode = task.config.environment.network_mode
+    if mode in (None, "public"):
+        return []
+    try:
+        compose = load_compose(task)
+    except TaskFormatError:
+        return []  # refused on its own
+    return [
+        _error(f"the service names its own networks, which Harbor leaves outside the egress "
+               f"control of network_mode {mode!r}; in one trial pod every service shares the "
+               f"pod's network and its policy, so this service cannot reach out alone: drop "
+               f"its networks, or set network_mode = \"public\"", f"services.{s.name}.networks")
+        for s in (compose.sidecars if compose is not None else ()) if s.own_networks
+    ]
 
 
 def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
@@ -689,6 +710,7 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
         volumes=volumes,
         ports=tuple(dict.fromkeys(ports)),
         aliases=tuple(dict.fromkeys(aliases)),
+        own_networks=bool(networks),
         cap_add=caps,
         read_only=bool(body.get("read_only")),
     )

@@ -290,3 +290,16 @@ def test_sidecar_evidence_needs_its_service_and_a_separate_verifier():
     as_user = separate.replace('service = "db"\n', 'service = "db"\nuser = "postgres"\n')
     [user] = [str(e) for e in compose_refusals(_task(compose, **{"task.toml": as_user}))]
     assert "runs as that container's user: drop 'user'" in user
+
+
+def test_a_sidecar_naming_its_own_networks_is_refused_unless_the_network_is_public():
+    compose = ("services:\n  helper:\n    image: python:3.12-slim\n"
+               "    networks: [default]\n")
+    files = {k: v.encode() for k, v in BASE.items()}
+    files["environment/docker-compose.yaml"] = compose.encode()
+    files["task.toml"] = files["task.toml"].replace(
+        b"[environment]\n", b'[environment]\nnetwork_mode = "no-network"\n')
+    [reason] = [str(e) for e in compose_refusals(load_task_files(files, name="shop"))]
+    assert "services.helper.networks" in reason and "'no-network'" in reason, reason
+    files["task.toml"] = files["task.toml"].replace(b'"no-network"', b'"public"')
+    assert compose_refusals(load_task_files(files, name="shop")) == []
