@@ -286,10 +286,11 @@ class SchedulingSettings:
     """Operator-wide pod settings (the Helm chart's `trials.*`) under each Trial's spec.pod."""
     log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES
     """The tail of each phase log kept in a Trial's logs ConfigMap."""
-    release_environment: bool = False
+    release_environment: bool = True
     """Stop the environment pod (its artifacts kept in ConfigMaps) before the last step's
-    separate verifier pod is created, as Harbor does (SHIPYARD_RELEASE_ENVIRONMENT=1):
-    the verifier gets the resources the environment held. Off: the two pods coexist."""
+    separate verifier pod is created, as Harbor does (SHIPYARD_RELEASE_ENVIRONMENT, on unless
+    0/false/no/off): the verifier gets the resources the environment held. Off: the two pods
+    coexist."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> SchedulingSettings:
@@ -321,4 +322,4 @@ class SchedulingSettings:
         release = (environ.get(RELEASE_ENVIRONMENT_ENV) or "").strip().lower()
         return cls(*values, pod_defaults=defaults,
                    log_limit_bytes=limit if limit > 0 else DEFAULT_LOG_LIMIT_BYTES,
-                   release_environment=release in ("1", "true", "yes", "on"))
+                   release_environment=release not in ("0", "false", "no", "off"))

@@ -303,9 +303,12 @@ def test_logs_are_kept_per_step() -> None:
 
 
 def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last() -> None:
-    """A fresh verifier environment per step (docs/harbor.md §b.4); the agent environment is
-    stopped only before the last step's separate verification (docs/harbor.md §b.4)."""
-    plan = steps_plan({"a": "", "b": ""}, root=SEPARATE)
+    """A fresh verifier environment per step (docs/harbor.md §b.4); with the release setting
+    off, the agent environment is stopped only before the last step's separate verification
+    (docs/harbor.md §b.4), its verifier pod created beside it."""
+    from dataclasses import replace
+
+    plan = replace(steps_plan({"a": "", "b": ""}, root=SEPARATE), release_environment=False)
     assert [s.verifier_mode for s in plan.steps] == ["separate", "separate"]
     run = drive_steps(plan, {"s1-verifier": rewarded_txt("1"),
                              "s2-verifier": rewarded_txt("0")})
@@ -339,8 +342,9 @@ def test_separate_verifiers_get_a_pod_per_step_and_the_env_stops_before_the_last
 
 
 def test_with_the_release_setting_the_env_goes_before_the_last_verifier_pod_exists() -> None:
-    """SHIPYARD_RELEASE_ENVIRONMENT: as Harbor, the environment stops (its artifacts kept)
-    before the last step's separate verifier pod is created, so the two never coexist."""
+    """SHIPYARD_RELEASE_ENVIRONMENT (the default): as Harbor, the environment stops (its
+    artifacts kept) before the last step's separate verifier pod is created, so the two never
+    coexist."""
     from dataclasses import replace
 
     plan = replace(steps_plan({"a": "", "b": ""}, root=SEPARATE), release_environment=True)
