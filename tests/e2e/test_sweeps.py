@@ -293,8 +293,12 @@ def test_per_task_parallelism_one_serializes_a_tasks_trials(shipyard, custom_obj
 def test_suspend_stops_new_trials_within_seconds_and_resume_finishes(shipyard, custom_objects
                                                                      ) -> None:
     ns = shipyard.namespace
-    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
-                                                 inline_task("st"))
+    # Each trial's verifier takes a few seconds: on a quiet node a trivial trial takes ~2 s,
+    # and the whole sweep could finish before its status shows the first two completions.
+    task = inline_task("st")
+    files = task["spec"]["source"]["inline"]["files"]
+    files["tests/test.sh"] = files["tests/test.sh"].replace("#!/bin/sh\n", "#!/bin/sh\nsleep 4\n")
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks", task)
     with TrialWatch(custom_objects, ns) as watch:
         create_sweep(custom_objects, ns, "susp", tasks={"names": ["st"]},
                      agents=[{"name": "oracle"}, {"name": "nop"}], attempts=6, parallelism=2)
