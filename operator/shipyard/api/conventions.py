@@ -31,6 +31,13 @@ LABEL_RETRY = f"{DOMAIN}/retry"
 """The retry generation of a sweep plan slot: 0 for its first Trial, n for its n-th retry."""
 LABEL_NETWORK = f"{DOMAIN}/network"
 """The network policy key a trial pod is under (switched between phases)."""
+LABEL_WARM_POOL = f"{DOMAIN}/warm-pool"
+"""The WarmPool a warm pod was made by (kept after its claim: the pool counts it claimed)."""
+LABEL_WARM_KEY = f"{DOMAIN}/warm-key"
+"""A warm pod's fit: the digest of its spec (`render.warm_pod.warm_key`); a trial claims only
+a pod whose key is its own pod's. Removed at the claim."""
+ANNOTATION_CLAIMED_BY = f"{DOMAIN}/claimed-by"
+"""On a claimed warm pod: the uid of the Trial that claimed it."""
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -111,6 +118,8 @@ class Component(StrEnum):
     NETWORK_BASELINE = "network-baseline"
     TASK_BUNDLE = "task-bundle"
     ARTIFACTS = "artifacts"
+    WARM = "warm"
+    """A warm pod not claimed yet (`docs/warm-pods.md`)."""
 
 
 POD_COMPONENTS = (Component.ENVIRONMENT, Component.VERIFIER)
@@ -237,6 +246,16 @@ def artifacts_configmap_name(trial_name: str, part: int) -> str:
 def runner_configmap_name(script: str) -> str:
     """Named by content, so every trial in a namespace shares one and upgrades never clash."""
     return f"shipyard-runner-{_digest(script, 10)}"
+
+
+def warm_pool_name(sweep_name: str, task_name: str) -> str:
+    """The WarmPool a Sweep keeps for one of its tasks."""
+    return dns_name(sweep_name, f"warm-{_digest(task_name, 8)}")
+
+
+def warm_pod_prefix(pool_name: str) -> str:
+    """The `generateName` of a pool's warm pods."""
+    return dns_name(pool_name, "w")[:57] + "-"
 
 
 def deny_all_policy_name(trial_name: str) -> str:

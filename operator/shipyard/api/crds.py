@@ -19,6 +19,8 @@ from shipyard.api.models import (
     TaskStatus,
     TrialSpec,
     TrialStatus,
+    WarmPoolSpec,
+    WarmPoolStatus,
 )
 from shipyard.api.sweep import SweepSpec, SweepStatus
 
@@ -218,11 +220,32 @@ def sweep_crd() -> dict[str, Any]:
     )
 
 
+def warm_pool_crd() -> dict[str, Any]:
+    return _crd(
+        "WarmPool",
+        "warmpools",
+        WarmPoolSpec,
+        WarmPoolStatus,
+        [
+            {"name": "Task", "type": "string", "jsonPath": ".spec.taskRef.name"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},
+            {"name": "Starting", "type": "integer", "jsonPath": ".status.starting"},
+            {"name": "Claimed", "type": "integer", "jsonPath": ".status.claimed"},
+            {"name": "Reason", "type": "string",
+             "jsonPath": ".status.conditions[?(@.type=='Ready')].reason"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        ["sywp"],
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ → CRD manifest."""
     return {"tasks.shipyard.dev.yaml": task_crd(), "trials.shipyard.dev.yaml": trial_crd(),
             "imagebuilds.shipyard.dev.yaml": image_build_crd(),
-            "sweeps.shipyard.dev.yaml": sweep_crd()}
+            "sweeps.shipyard.dev.yaml": sweep_crd(),
+            "warmpools.shipyard.dev.yaml": warm_pool_crd()}
 
 
 def render(crd: dict[str, Any]) -> str:

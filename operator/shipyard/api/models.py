@@ -391,3 +391,29 @@ class TrialStatus(Model):
     attempts: list[AttemptRecord] = []
     retry_at: str | None = None
     queue: QueueRecord | None = None
+    warm_pod: str | None = Field(default=None, description="The warm pod the current attempt "
+                                 "claimed as its environment pod (docs/warm-pods.md).")
+
+
+class WarmPoolSpec(Model):
+    """Ready pods of a task (`docs/warm-pods.md`): a Trial of the task in the namespace whose
+    environment pod would be the same (agent bundles, environment overrides, pod settings)
+    claims one instead of creating a pod."""
+
+    task_ref: LocalObjectReference
+    replicas: int = Field(default=1, ge=0, le=100, description="Unclaimed pods to keep.")
+    agent: AgentSpec = Field(default=AgentSpec(), description="The agent whose pods these are "
+                             "(only its bundle matters: oracle and nop share pods).")
+    environment: EnvironmentSpec = EnvironmentSpec()
+    pod: PodSettings = PodSettings()
+
+
+class WarmPoolStatus(Model):
+    observed_generation: int | None = None
+    ready: int = Field(default=0, description="Unclaimed pods that are running.")
+    starting: int = Field(default=0, description="Unclaimed pods not running yet.")
+    claimed: int = Field(default=0, description="Pods of this pool claimed by a Trial, "
+                         "still there.")
+    key: str | None = Field(default=None, description="The fit of its pods (their spec's "
+                            "digest); a Trial whose pod has another does not claim them.")
+    conditions: list[Condition] = []

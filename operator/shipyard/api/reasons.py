@@ -43,6 +43,12 @@ class Reason(StrEnum):
     WAITING_FOR_TASK = "WaitingForTask"
     WAITING_FOR_IMAGE = "WaitingForImage"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    # ---- a WarmPool's Ready condition (docs/warm-pods.md), and a trial's warm pod Events
+    POOL_READY = "PoolReady"
+    PODS_STARTING = "PodsStarting"
+    POOL_NOT_READY = "PoolNotReady"
+    WARM_POD_CLAIMED = "WarmPodClaimed"
+    WARM_POD_LOST = "WarmPodLost"
     RETRYING = "Retrying"
     QUEUED = "Queued"  # waits for Kueue's admission (the Queued condition has Kueue's word)
     HEALTHCHECK_RUNNING = "HealthcheckRunning"

@@ -22,6 +22,7 @@ from shipyard.handlers import (  # noqa: F401
     tasks,
     trial_tasks,
     trials,
+    warm_pools,
 )
 from shipyard.handlers.executor import MeasuredExecutor, execs
 from shipyard.handlers.leader import Leadership

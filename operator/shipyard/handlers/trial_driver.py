@@ -40,7 +40,7 @@ from shipyard.api.conventions import (
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
 from shipyard.handlers import admission as kueue
-from shipyard.handlers import image_builds
+from shipyard.handlers import image_builds, warm_pools
 from shipyard.handlers.executor import execs
 from shipyard.handlers.pod_watch import forget, waker
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
@@ -477,6 +477,8 @@ class TrialDriver:
         name = pod_name_for(self.body, role, index, self.status.attempt)
         if not await self.ensure_network(plan):
             return
+        if role == Role.ENV and await self.claim_warm_pod(plan):
+            return
         manifest = build_trial_pod(self.body, plan, role, step, name,
                                    probe_image_for(plan, self.settings.probe_image))
         if self.kueue is not None:
@@ -494,6 +496,21 @@ class TrialDriver:
                        f"with agent {spec['agent']['name']}: {message}")
         else:
             self.event("Normal", Reason.POD_CREATED, message)
+
+    async def claim_warm_pod(self, plan: TrialPlan) -> bool:
+        """A warm pod claimed as the environment pod (`docs/warm-pods.md`); False: create one."""
+        claimed = await self.call(warm_pools.claim, self.body, plan, self.settings,
+                                  self.kueue is not None)
+        if claimed is None:
+            return False
+        name = claimed["metadata"]["name"]
+        self.waker.pods[name] = claimed
+        self.pod_network[name] = (claimed["metadata"]["labels"].get(LABEL_NETWORK),
+                                  self.settled_at())
+        await self.save(machine.on_pod_created(self.status, Role.ENV, name, now(), warm=True))
+        self.event("Normal", Reason.WARM_POD_CLAIMED, f"environment pod {name}: a warm pod "
+                   f"of image {claimed['spec']['containers'][0]['image']}, claimed")
+        return True
 
     # ------------------------------------------------------------ network policies
 
@@ -780,6 +797,12 @@ class TrialDriver:
         command line); None when the phase needs none or they are in place."""
         if not (plan.phase(phase_id).secrets and plan.secret_names):
             return None
+        if self.status.warm_pod == pod_name:  # no Secret volumes: the operator sends them
+            reply = await self.exec_call(warm_pools.deliver_secrets, self.namespace, pod_name,
+                                         plan)
+            if reply.state != "ok":
+                return exec_policy.after_put_secrets(reply.state, reply.text, reply.error,
+                                                     attempt)
         reply = await self.exec_call(kube_runner.put_secrets, self.namespace, pod_name, phase_id)
         return exec_policy.after_put_secrets(reply.state, reply.text, reply.error, attempt)
 

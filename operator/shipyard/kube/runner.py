@@ -128,3 +128,9 @@ def exec_in(namespace: str, pod: str, container: str, argv: list[str],
     artifact copy), its output read up to `max_output` bytes."""
     return _exec(namespace, pod, argv, what=argv[0], container=container, timeout=timeout,
                  max_output=max_output)
+
+
+def exec_with_stdin(namespace: str, pod: str, container: str, argv: list[str],
+                    stdin: bytes) -> Reply:
+    """A command in a container of the pod, fed `stdin` (a warm pod's Secret files)."""
+    return _exec(namespace, pod, argv, stdin, what=argv[0], container=container)

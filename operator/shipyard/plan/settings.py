@@ -16,6 +16,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
+| SHIPYARD_SWEEP_WARM_PODS | `sweep_warm_pods` |
 | SHIPYARD_METRICS_PORT | `shipyard operator --metrics-port` (read by the CLI, `METRICS_PORT`) |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
@@ -48,6 +49,9 @@ LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 `none`), no trial pod has a readiness probe (every phase's end is waited for by an exec): a
 probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
+SWEEP_WARM_PODS_ENV = "SHIPYARD_SWEEP_WARM_PODS"
+SWEEP_WARM_PODS = 8
+"""At most this many warm pods a Sweep keeps per task (`plan.warm`); 0 turns them off."""
 METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
 METRICS_PORT = 8081
 """The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
@@ -100,6 +104,14 @@ THREADS = 64
 def _positive_int(environ: Mapping[str, str], name: str) -> int | None:
     raw = environ.get(name, "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def _count(environ: Mapping[str, str], name: str, default: int) -> int:
+    """A count of 0 or more (`default` when unset or not a number)."""
+    try:
+        return max(0, int(environ.get(name, "").strip() or default))
+    except ValueError:
+        return default
 
 
 def _probe_image(environ: Mapping[str, str]) -> str | None:
@@ -195,6 +207,8 @@ class OperatorSettings:
     and their trials fail; prebuilt images still run."""
     sweep_status_interval_sec: float = SWEEP_STATUS_INTERVAL_SEC
     leader: LeaderSettings = field(default_factory=LeaderSettings)
+    sweep_warm_pods: int = SWEEP_WARM_PODS
+    """The cap on a Sweep's warm pods per task (`plan.warm.sweep_warm_target`); 0: none."""
     kueue_default_queue: str | None = None
     """The LocalQueue of Trials without `kueue.x-k8s.io/queue-name` (None: such Trials are
     not admitted by Kueue). Ignored where Kueue's Workload API is not served."""
@@ -235,6 +249,7 @@ class OperatorSettings:
             probe_image=_probe_image(environ),
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
+            sweep_warm_pods=_count(environ, SWEEP_WARM_PODS_ENV, SWEEP_WARM_PODS),
             kueue_default_queue=environ.get(KUEUE_DEFAULT_QUEUE_ENV, "").strip() or None,
             error="; ".join(errors) or None,
         )

@@ -369,10 +369,14 @@ def finished(status: TrialStatus, now: datetime) -> TrialStatus:
     return status
 
 
-def on_pod_created(status: TrialStatus, role: Role, name: str, now: datetime) -> TrialStatus:
+def on_pod_created(status: TrialStatus, role: Role, name: str, now: datetime,
+                   warm: bool = False) -> TrialStatus:
+    """The pod of `role` is there: created, or (`warm`) a warm pod claimed as the environment
+    pod (`docs/warm-pods.md`)."""
     status = status.model_copy(deep=True)
     if role == Role.ENV:
         status.pod_name = name
+        status.warm_pod = name if warm else None
         status.pod_process_base = None
         status.retry_at = None
     else:
@@ -387,10 +391,27 @@ def on_pod_stopped(status: TrialStatus, role: Role) -> TrialStatus:
     status = status.model_copy(deep=True)
     if role == Role.ENV:
         status.pod_name = None
+        status.warm_pod = None
         status.pod_process_base = None
     else:
         status.verifier_pod_name = None
     return status
+
+
+def _warm_pod_lost(status: TrialStatus, spec: PhaseSpec, rec: PhaseRecord, pod: PodObservation
+                   ) -> tuple[TrialStatus, Outcome] | None:
+    """A claimed warm pod that is gone or dead before anything ran in it is let go and another
+    taken, with no attempt spent: no retry counts a pod the trial never used."""
+    name = status.pod_name
+    if (spec.pod != Role.ENV or name is None or status.warm_pod != name or rec.launched
+            or not (not pod.exists or pod.lost or pod.deleting)):
+        return None
+    new = on_pod_stopped(status, Role.ENV)
+    why = "was deleted" if not pod.exists or pod.deleting else f"failed: {pod.lost}"
+    return new, Outcome(events=[("Warning", Reason.WARM_POD_LOST,
+                                 f"warm pod {name} {why} before its first phase; another pod "
+                                 "is taken (no retry counted)")],
+                        delete_pods=[name] if pod.exists else [])
 
 
 def on_launch(status: TrialStatus, phase_id: str, result: PhaseStatus, now: datetime
@@ -703,6 +724,9 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
             return Finish(), new, out
         return CreatePod(spec.pod, spec.step), None, None
     pod = pods.of(spec.pod)
+    lost = _warm_pod_lost(status, spec, rec, pod)
+    if lost is not None:
+        return CreatePod(spec.pod, spec.step), *lost
     first = spec.name in ("environment", "verifier-environment")
     failure = _pod_failure(status, plan, spec.pod, pod, rec, first, now,
                            pod_name(status, spec.pod) in task_code_sent)

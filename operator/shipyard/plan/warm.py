@@ -1,0 +1,42 @@
+"""Warm pods (`docs/warm-pods.md`): which trials claim one, how many a Sweep keeps, and the
+Trial a WarmPool renders its pods for.
+
+A warm pod is a trial's environment pod made before its trial: the same spec, less what is
+per trial (the agent's Secret volumes; labels, owner and network label come at the claim). It
+is created for exactly one trial, never reused, and deleted with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shipyard.api.conventions import LABEL_QUEUE_NAME
+from shipyard.plan.phases import TrialPlan
+
+
+def claims_warm_pod(plan: TrialPlan, labels: Mapping[str, str], kueue_admitted: bool) -> bool:
+    """Does this trial look for a warm pod before it creates its environment pod? Not when
+    Kueue admits it (a warm pod runs before any admission: Kueue's quota would not hold), nor
+    for docker-compose tasks (their sidecars start with the pod, per task and not shared)."""
+    if kueue_admitted or LABEL_QUEUE_NAME in labels:
+        return False
+    return plan.environment.compose is None
+
+
+def sweep_warm_target(parallelism: int | None, unstarted: int, cap: int) -> int:
+    """How many warm pods a Sweep keeps of one task: one per trial slot that may start next
+    (its parallelism), never more than the task's trials that have no pod yet, nor `cap`."""
+    if cap <= 0 or unstarted <= 0:
+        return 0
+    return min(cap, unstarted, parallelism if parallelism and parallelism > 0 else cap)
+
+
+def pool_trial(pool: Mapping[str, Any]) -> dict[str, Any]:
+    """The Trial a WarmPool's pods are rendered for: the pool's task, agent, environment and
+    pod settings, under the pool's name (which no pod spec carries)."""
+    meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
+    trial_spec = {k: spec[k] for k in ("taskRef", "agent", "environment", "pod") if k in spec}
+    return {"apiVersion": pool.get("apiVersion"), "kind": "Trial",
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "uid": meta.get("uid") or ""},
+            "spec": trial_spec}

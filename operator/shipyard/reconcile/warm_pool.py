@@ -1,0 +1,86 @@
+"""A warm pool's pods, decided (`docs/warm-pods.md`): which to create, which to delete, and the
+pool's status. Pure: the handler lists the pool's unclaimed pods and counts its claimed ones.
+
+Pods that died or were evicted before a claim are replaced (no trial saw them, so no trial's
+retries count them); pods of another key (the task, its image or the operator changed) are
+replaced as well; pods over the wanted number go, the least advanced first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from shipyard.api.conventions import LABEL_WARM_KEY, iso
+from shipyard.api.models import Condition, WarmPoolStatus
+from shipyard.api.reasons import Reason
+from shipyard.reconcile.pod_observation import observe_pod
+
+WarmState = Literal["ready", "starting", "dead", "deleting"]
+
+
+@dataclass(frozen=True)
+class WarmPod:
+    name: str
+    resource_version: str
+    key: str | None
+    state: WarmState
+    created_at: datetime | None = None
+
+
+def observe_warm_pod(pod: dict[str, Any]) -> WarmPod:
+    seen = observe_pod(pod)
+    meta = pod.get("metadata") or {}
+    state: WarmState
+    if seen.deleting:
+        state = "deleting"
+    elif seen.lost or seen.image_pull_permanent or seen.config_error or seen.service_failure:
+        state = "dead"
+    elif seen.running:
+        state = "ready"
+    else:
+        state = "starting"
+    return WarmPod(meta.get("name", ""), meta.get("resourceVersion", ""),
+                   (meta.get("labels") or {}).get(LABEL_WARM_KEY), state, seen.created_at)
+
+
+def claimable(pods: list[WarmPod], key: str) -> list[WarmPod]:
+    """The pods a trial of `key` may claim, the ready first (then the oldest: closest to
+    running)."""
+    fit = [p for p in pods if p.key == key and p.state in ("ready", "starting")]
+    return sorted(fit, key=lambda p: (p.state != "ready", p.created_at or datetime.max))
+
+
+@dataclass
+class PoolDecision:
+    create: int = 0
+    delete: list[WarmPod] = field(default_factory=list)
+    status: WarmPoolStatus = field(default_factory=WarmPoolStatus)
+
+
+def decide(replicas: int, key: str | None, pods: list[WarmPod], claimed: int,
+           generation: int | None, now: datetime, blocked: str | None = None) -> PoolDecision:
+    """What to do with a pool's unclaimed pods. `key` None (with `blocked` saying why: the task
+    is not ready, its image not built) keeps nothing: no pod of an unknown fit."""
+    live = [p for p in pods if p.state in ("ready", "starting") and key is not None
+            and p.key == key]
+    delete = [p for p in pods if p.state != "deleting" and p not in live]
+    ordered = sorted(live, key=lambda p: (p.state == "ready", p.created_at or datetime.min))
+    excess = max(0, len(live) - replicas)
+    delete += ordered[:excess]
+    kept = ordered[excess:]
+    ready = sum(1 for p in kept if p.state == "ready")
+    status = WarmPoolStatus(observed_generation=generation, ready=ready,
+                            starting=len(kept) - ready, claimed=claimed, key=key)
+    if blocked is not None:
+        reason, message, value = Reason.POOL_NOT_READY, blocked, "False"
+    elif ready >= replicas:
+        reason, message, value = Reason.POOL_READY, f"{ready} of {replicas} pods ready", "True"
+    else:
+        reason, message, value = (Reason.PODS_STARTING,
+                                  f"{ready} of {replicas} pods ready", "False")
+    status.conditions = [Condition(type="Ready", status=value, reason=reason, message=message,
+                                   last_transition_time=iso(now),
+                                   observed_generation=generation)]
+    return PoolDecision(create=0 if key is None else max(0, replicas - len(live)),
+                        delete=delete, status=status)

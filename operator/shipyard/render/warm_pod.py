@@ -1,0 +1,88 @@
+"""Pure builders for warm pods (`docs/warm-pods.md`): the spec a trial's environment pod would
+have less what is per trial, its fit (`warm_key`), the pod a WarmPool creates and the patch
+that claims it for a trial."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from shipyard.api.conventions import (
+    ANNOTATION_CLAIMED_BY,
+    LABEL_COMPONENT,
+    LABEL_NETWORK,
+    LABEL_TASK,
+    LABEL_TRIAL,
+    LABEL_WARM_KEY,
+    LABEL_WARM_POOL,
+    MANAGED_BY,
+    SECRETS_CONTAINER,
+    Component,
+    Role,
+    label_value,
+    warm_pod_prefix,
+)
+from shipyard.plan.phases import TrialPlan
+from shipyard.render.pod import build_trial_pod, owner_reference, secrets_container, trial_labels
+
+
+def warm_spec(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None) -> dict[str, Any]:
+    """The environment pod's spec as a warm pod has it: without the agent's Secret volumes
+    (delivered at the claim, `kube.warm_pods.deliver_secrets`), with the `secrets` container
+    whether or not this trial has Secrets (so trials with and without share pods)."""
+    spec = copy.deepcopy(build_trial_pod(trial, plan, Role.ENV, None, "warm", probe_image)["spec"])
+    secret_volumes = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
+    spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in secret_volumes]
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", [])
+                             if m["name"] not in secret_volumes]
+    if not any(c["name"] == SECRETS_CONTAINER for c in spec["containers"]):
+        spec["containers"].insert(1, secrets_container(plan.environment, ())[0])
+    return spec
+
+
+def warm_key(spec: dict[str, Any]) -> str:
+    """The fit of a warm pod: the digest of its spec. Anything that differs (image digest,
+    resources, agent bundles, node selectors, the runner) makes another key."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def build_warm_pod(pool: dict[str, Any], task: str, spec: dict[str, Any], key: str
+                   ) -> dict[str, Any]:
+    """A pool's warm pod: owned by its pool, under the namespace's deny-all (the empty trial
+    label selects it; no network label lets anything out) until a trial claims it."""
+    meta = pool["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": warm_pod_prefix(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": {**MANAGED_BY, LABEL_COMPONENT: Component.WARM.value, LABEL_TRIAL: "",
+                       LABEL_TASK: label_value(task), LABEL_WARM_POOL: label_value(meta["name"]),
+                       LABEL_WARM_KEY: key},
+            "ownerReferences": [{"apiVersion": pool["apiVersion"], "kind": pool["kind"],
+                                 "name": meta["name"], "uid": meta["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": copy.deepcopy(spec),
+    }
+
+
+def claim_patch(trial: dict[str, Any], plan: TrialPlan, pod: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that makes a warm pod the trial's environment pod, under the pod's
+    resourceVersion (a pod claimed meanwhile answers 409): the trial's labels and network
+    baseline, the trial as its only owner, the claim recorded in an annotation."""
+    labels: dict[str, str | None] = dict(trial_labels(trial, Role.ENV.component))
+    labels[LABEL_WARM_KEY] = None
+    if plan.network is not None:
+        labels[LABEL_NETWORK] = plan.network.baseline(Role.ENV, None)
+    return {"metadata": {
+        "resourceVersion": pod["metadata"]["resourceVersion"],
+        "labels": labels,
+        "annotations": {ANNOTATION_CLAIMED_BY: trial["metadata"].get("uid") or ""},
+        "ownerReferences": [owner_reference(trial)],
+    }}

@@ -1,0 +1,141 @@
+"""Warm pods' pure parts: which trials claim, a Sweep's sizing, the warm pod's spec and key,
+the claim patch, a pool's decisions, and a claimed pod lost before its first phase."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from shipyard.api.conventions import (
+    ANNOTATION_CLAIMED_BY,
+    LABEL_COMPONENT,
+    LABEL_NETWORK,
+    LABEL_QUEUE_NAME,
+    LABEL_TRIAL,
+    LABEL_WARM_KEY,
+    Role,
+)
+from shipyard.api.models import TrialStatus
+from shipyard.api.reasons import Reason
+from shipyard.plan.warm import claims_warm_pod, pool_trial, sweep_warm_target
+from shipyard.reconcile import trial_machine as m
+from shipyard.reconcile.pod_observation import PodObservation, observe_pod
+from shipyard.reconcile.warm_pool import WarmPod, claimable, decide, observe_warm_pod
+from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
+from tests.unit.helpers import T0, at, plan_for, pod, trial_body
+
+SECRETS = {"agent": {"name": "oracle", "envFrom": [{"secretRef": {"name": "openai"}}]}}
+POOL = {"apiVersion": "shipyard.dev/v1alpha1", "kind": "WarmPool",
+        "metadata": {"name": "hello-pool", "namespace": "ns", "uid": "u-pool", "generation": 2},
+        "spec": {"taskRef": {"name": "hello"}, "replicas": 2}}
+
+
+def test_kueue_and_compose_trials_do_not_claim() -> None:
+    plan = plan_for()
+    assert claims_warm_pod(plan, {}, False)
+    assert not claims_warm_pod(plan, {LABEL_QUEUE_NAME: "q"}, False)
+    assert not claims_warm_pod(plan, {}, True)
+
+
+def test_a_sweep_keeps_no_more_than_it_can_use() -> None:
+    assert sweep_warm_target(4, 40, 8) == 4
+    assert sweep_warm_target(4, 2, 8) == 2  # two trials left to start
+    assert sweep_warm_target(20, 40, 8) == 8  # capped
+    assert sweep_warm_target(None, 40, 8) == 8
+    assert sweep_warm_target(4, 0, 8) == 0  # every trial has its pod: released
+    assert sweep_warm_target(4, 40, 0) == 0  # turned off
+
+
+def test_the_warm_spec_has_no_secret_and_is_the_same_for_every_trial_of_the_fit() -> None:
+    plan, secret_plan = plan_for(), plan_for(**SECRETS)
+    a = warm_spec(trial_body("a"), plan, None)
+    b = warm_spec(trial_body("b-other-name"), secret_plan, None)
+    assert a == b and warm_key(a) == warm_key(b)
+    assert not any("secret" in v for v in a["volumes"])
+    assert [c["name"] for c in a["containers"]] == ["main", "secrets"]
+    text = str(a)
+    assert "openai" not in text and "/run/shipyard-secrets/0" not in text
+    # a pool's Trial renders the same pod as the trials it serves
+    assert warm_key(warm_spec(pool_trial(POOL), plan, None)) == warm_key(a)
+
+
+def test_anything_of_the_pod_makes_another_key() -> None:
+    base = warm_key(warm_spec(trial_body(), plan_for(), None))
+    assert warm_key(warm_spec(trial_body(), plan_for(environment={"overrideCpus": 2}),
+                              None)) != base
+    assert warm_key(warm_spec(trial_body(), plan_for(environment={"image": "busybox:1"}),
+                              None)) != base
+    assert warm_key(warm_spec(trial_body(), plan_for(pod={"nodeSelector": {"a": "b"}}),
+                              None)) != base
+    assert warm_key(warm_spec(trial_body(), plan_for(), "busybox")) != base  # probe container
+
+
+def test_a_warm_pod_is_under_the_deny_all_and_the_claim_makes_it_the_trials() -> None:
+    plan = plan_for()
+    spec = warm_spec(pool_trial(POOL), plan, None)
+    manifest = build_warm_pod(POOL, "hello", spec, warm_key(spec))
+    labels = manifest["metadata"]["labels"]
+    assert labels[LABEL_TRIAL] == "" and LABEL_NETWORK not in labels  # baseline deny only
+    assert labels[LABEL_COMPONENT] == "warm" and labels[LABEL_WARM_KEY] == warm_key(spec)
+    assert manifest["metadata"]["ownerReferences"][0]["kind"] == "WarmPool"
+    manifest["metadata"].update(name="hello-pool-w-abcde", resourceVersion="42")
+    patch = claim_patch(trial_body(), plan, manifest)["metadata"]
+    assert patch["resourceVersion"] == "42"
+    assert patch["labels"][LABEL_TRIAL] == "hello-oracle"
+    assert patch["labels"][LABEL_COMPONENT] == "environment"
+    assert patch["labels"][LABEL_WARM_KEY] is None
+    assert patch["labels"][LABEL_NETWORK] == plan.network.baseline(Role.ENV, None)
+    assert patch["annotations"] == {ANNOTATION_CLAIMED_BY: trial_body()["metadata"]["uid"]}
+    assert [o["kind"] for o in patch["ownerReferences"]] == ["Trial"]
+
+
+def warm(name: str, state: str, key: str = "k", age: float = 0) -> WarmPod:
+    return WarmPod(name, "1", key, state, T0 - timedelta(seconds=age))  # type: ignore[arg-type]
+
+
+def test_a_pool_replaces_the_dead_and_the_stale_and_sheds_the_least_advanced() -> None:
+    pods = [warm("a", "ready", age=9), warm("b", "starting", age=5), warm("c", "dead"),
+            warm("d", "ready", key="old"), warm("e", "deleting")]
+    d = decide(3, "k", pods, claimed=1, generation=2, now=T0)
+    assert [p.name for p in d.delete] == ["c", "d"]
+    assert d.create == 1
+    assert (d.status.ready, d.status.starting, d.status.claimed) == (1, 1, 1)
+    assert d.status.conditions[0].reason == Reason.PODS_STARTING
+    shrink = decide(1, "k", pods, claimed=0, generation=2, now=T0)
+    assert {p.name for p in shrink.delete} == {"b", "c", "d"} and shrink.create == 0
+    assert shrink.status.conditions[0].reason == Reason.POOL_READY
+    blocked = decide(3, None, pods, 0, 2, T0, "waiting for the task's image")
+    assert blocked.create == 0 and {p.name for p in blocked.delete} == {"a", "b", "c", "d"}
+    assert blocked.status.conditions[0].reason == Reason.POOL_NOT_READY
+
+
+def test_claims_take_ready_pods_first_then_the_oldest() -> None:
+    pods = [warm("young", "starting", age=1), warm("old", "starting", age=9),
+            warm("ready", "ready"), warm("dead", "dead"), warm("other", "ready", key="x")]
+    assert [p.name for p in claimable(pods, "k")] == ["ready", "old", "young"]
+
+
+def test_warm_pod_states() -> None:
+    assert observe_warm_pod(pod(container_state={"running": {}})).state == "ready"
+    assert observe_warm_pod(pod(phase="Pending")).state == "starting"
+    assert observe_warm_pod(pod(deleting=True)).state == "deleting"
+    assert observe_warm_pod(pod(phase="Failed")).state == "dead"
+
+
+def test_a_claimed_pod_lost_before_its_first_phase_costs_no_retry() -> None:
+    plan = plan_for()
+    started = m.start(TrialStatus(), plan, "sha256:d", 1, T0)
+    status = m.on_pod_created(started, Role.ENV, "w1", T0, warm=True)
+    assert status.warm_pod == "w1"
+    action, new, outcome = m.next_action(status, plan, m.Pods(PodObservation.absent(),
+                                                              PodObservation.absent()), at(1))
+    assert isinstance(action, m.CreatePod) and new.pod_name is None and new.warm_pod is None
+    assert new.attempt == 1 and outcome.events[0][1] == Reason.WARM_POD_LOST
+    dead = observe_pod(pod(phase="Failed"))
+    _, new, outcome = m.next_action(status, plan, m.Pods(dead, PodObservation.absent()), at(1))
+    assert new.attempt == 1 and outcome.delete_pods == ["w1"]
+    # a cold pod lost the same way is the usual failure
+    cold = m.on_pod_created(started, Role.ENV, "c1", T0)
+    assert cold.warm_pod is None
+    action, new, _ = m.next_action(cold, plan, m.Pods(PodObservation.absent(),
+                                                      PodObservation.absent()), at(1))
+    assert m.terminal_condition(new).reason == Reason.POD_LOST
