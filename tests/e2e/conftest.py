@@ -137,7 +137,7 @@ def brief(status: dict[str, Any]) -> dict[str, Any]:
 def crds(cluster) -> None:
     cluster.kubectl_run("apply", "-f", str(ROOT / "crds"))
     for name in ("tasks.shipyard.dev", "trials.shipyard.dev", "imagebuilds.shipyard.dev",
-                 "sweeps.shipyard.dev"):
+                 "sweeps.shipyard.dev", "warmpools.shipyard.dev"):
         cluster.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
                             "--timeout=60s")
 

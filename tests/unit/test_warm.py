@@ -139,3 +139,27 @@ def test_a_claimed_pod_lost_before_its_first_phase_costs_no_retry() -> None:
     action, new, _ = m.next_action(cold, plan, m.Pods(PodObservation.absent(),
                                                       PodObservation.absent()), at(1))
     assert m.terminal_condition(new).reason == Reason.POD_LOST
+
+
+def test_a_sweep_keeps_one_pool_per_task_with_trials_left_and_none_when_suspended() -> None:
+    from shipyard.api.sweep import SweepSpec
+    from shipyard.plan.sweep import expand
+    from shipyard.plan.warm import sweep_pools
+
+    sweep = {"metadata": {"name": "sw", "namespace": "ns", "uid": "u-sw"}}
+    spec = SweepSpec.model_validate({"tasks": {"names": ["a", "b"]}, "agents": [{"name": "oracle"}],
+                                     "attempts": 5, "parallelism": 3,
+                                     "trialTemplate": {"environment": {"overrideCpus": 1}}})
+    slots = expand(["a", "b"], spec)
+    unstarted = {"a": [s for s in slots if s.task == "a"],
+                 "b": [s for s in slots if s.task == "b"][:1]}
+    pools = sweep_pools(sweep, spec, slots, unstarted, cap=8)
+    assert sorted(p["spec"]["replicas"] for p in pools.values()) == [1, 3]
+    a = next(p for p in pools.values() if p["spec"]["taskRef"] == {"name": "a"})
+    assert a["spec"]["agent"]["name"] == "oracle"
+    assert a["spec"]["environment"] == {"overrideCpus": 1.0}
+    assert a["metadata"]["ownerReferences"][0]["kind"] == "Sweep"
+    assert sweep_pools(sweep, spec.model_copy(update={"suspend": True}), slots, unstarted, 8) == {}
+    assert sweep_pools(sweep, spec, slots, unstarted, 0) == {}
+    queued = {"metadata": {**sweep["metadata"], "labels": {LABEL_QUEUE_NAME: "q"}}}
+    assert sweep_pools(queued, spec, slots, unstarted, 8) == {}

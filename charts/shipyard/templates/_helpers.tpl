@@ -66,6 +66,18 @@ app.kubernetes.io/part-of: shipyard
 - apiGroups: [shipyard.dev]
   resources: [tasks/status, trials/status, imagebuilds/status, sweeps/status]
   verbs: [get, patch, update]
+- apiGroups: [shipyard.dev]
+  resources: [warmpools]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [shipyard.dev]
+  resources: [warmpools/status]
+  verbs: [get, patch, update]
+{{- if .Values.warmPods.enabled }}
+# Warm pods carry no Secret volume: the operator reads the agent's Secrets at the claim.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]

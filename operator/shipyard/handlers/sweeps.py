@@ -37,7 +37,9 @@ from shipyard.api.sweep import SweepSpec, SweepStatus
 from shipyard.handlers import config, metrics
 from shipyard.kube import events as kube_events
 from shipyard.kube import sweeps as kube
-from shipyard.plan.sweep import expand, trial_body
+from shipyard.kube import warm_pods as warm_kube
+from shipyard.plan.sweep import Slot, expand, trial_body
+from shipyard.plan.warm import sweep_pools
 from shipyard.reconcile.sweep_status import (
     ObservedTrial,
     admit,
@@ -147,6 +149,7 @@ class SweepDriver:
         self.written_at = -1e9
         self.generation: int | None = None
         self.computed = 0.0  # seconds the last pass spent in the pure layers (on the loop)
+        self.pools: dict[str, Any] | None = None  # its WarmPools' specs, as last written
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
         # Stopped (the Sweep deleted, the operator stopping): leave at once, so that kopf
@@ -222,8 +225,33 @@ class SweepDriver:
             - sum(1 for s in slots if s.task in unrunnable)))
         self.computed += time.perf_counter() - began
         wait = await self.write(sweep, wanted)
+        await self.keep_warm(sweep, spec, slots, {t.name for t in tasks if t.state == "ready"})
         # a missing Task turns into errors when its wait is over: look again by then
         return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
+
+    async def keep_warm(self, sweep: dict[str, Any], spec: SweepSpec, slots: list[Slot],
+                        ready: set[str]) -> None:
+        """The Sweep's WarmPools (`plan.warm.sweep_pools`): one per ready task with trials left
+        to start, none once every trial started, the Sweep is suspended or finished (deleted
+        with it: it owns them). Written only when they change."""
+        if self.pools is None:
+            found = await asyncio.to_thread(warm_kube.list_pools, self.namespace,
+                                            sweep_selector(self.name))
+            self.pools = {p["metadata"]["name"]: p.get("spec") for p in found
+                          if _owned_by(p, self.body)}
+        started = {t.slot_key for t in self.index.trials.values() if t.phase != "Pending"}
+        unstarted: dict[str, list[Slot]] = {}
+        for slot in slots:
+            if slot.task in ready and slot.key not in started:
+                unstarted.setdefault(slot.task, []).append(slot)
+        wanted = sweep_pools(sweep, spec, slots, unstarted, self.settings.sweep_warm_pods)
+        for name, body in wanted.items():
+            if self.pools.get(name) != body["spec"]:
+                await asyncio.to_thread(warm_kube.apply_pool, body)
+                self.pools[name] = body["spec"]
+        for name in set(self.pools) - set(wanted):
+            await asyncio.to_thread(warm_kube.delete_pool, self.namespace, name)
+            del self.pools[name]
 
     async def write(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> float:
         """Write the status (as API dicts) when `write_delay` says so; returns the longest

@@ -21,9 +21,10 @@ from shipyard.api.conventions import (
     SECRETS_CONTAINER,
     selector_string,
 )
-from shipyard.kube import runner
-from shipyard.kube.client import core
-from shipyard.kube.errors import ApiException
+from shipyard.api.models import GROUP, VERSION
+from shipyard.kube import objects, runner
+from shipyard.kube.client import core, custom
+from shipyard.kube.errors import ApiException, create_or_none
 from shipyard.kube.objects import _sanitize
 
 
@@ -115,3 +116,20 @@ def deliver_secrets(namespace: str, pod: str, source: str, names: tuple[str, ...
         if reply.state != "ok":
             return reply
     return reply
+
+
+def list_pools(namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    return objects.list_custom("warmpools", namespace, selector_string(labels))
+
+
+def apply_pool(body: dict[str, Any]) -> None:
+    """Create the WarmPool, or set the spec of the one there."""
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    if create_or_none(custom().create_namespaced_custom_object, GROUP, VERSION, ns, "warmpools",
+                      body) is None:
+        custom().patch_namespaced_custom_object(GROUP, VERSION, ns, "warmpools", name,
+                                                {"spec": body["spec"]})
+
+
+def delete_pool(namespace: str, name: str) -> None:
+    objects.delete_custom("warmpools", namespace, name)

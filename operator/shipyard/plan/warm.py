@@ -7,11 +7,20 @@ is created for exactly one trial, never reused, and deleted with it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shipyard.api.conventions import LABEL_QUEUE_NAME
+from shipyard.api.conventions import (
+    LABEL_QUEUE_NAME,
+    LABEL_SWEEP,
+    MANAGED_BY,
+    label_value,
+    warm_pool_name,
+)
+from shipyard.api.models import API_VERSION
+from shipyard.api.sweep import SweepSpec
 from shipyard.plan.phases import TrialPlan
+from shipyard.plan.sweep import Slot, kueue_labels, owner_reference, trial_body
 
 
 def claims_warm_pod(plan: TrialPlan, labels: Mapping[str, str], kueue_admitted: bool) -> bool:
@@ -40,3 +49,32 @@ def pool_trial(pool: Mapping[str, Any]) -> dict[str, Any]:
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
                          "uid": meta.get("uid") or ""},
             "spec": trial_spec}
+
+
+def sweep_pools(sweep: Mapping[str, Any], spec: SweepSpec, slots: Sequence[Slot],
+                unstarted: Mapping[str, list[Slot]], cap: int) -> dict[str, dict[str, Any]]:
+    """The WarmPools a Sweep keeps, by name: one per task with trials left to start (`unstarted`:
+    its slots whose Trial is not created or not running yet), sized by `sweep_warm_target`,
+    for the agent of its next slot (a trial of another agent whose pod differs starts cold).
+    None while the Sweep is suspended or Kueue admits its trials (`claims_warm_pod`)."""
+    if spec.suspend or kueue_labels(sweep) or cap <= 0:
+        return {}
+    name, pools = sweep["metadata"]["name"], {}
+    for task, waiting in unstarted.items():
+        per_task = spec.per_task_parallelism
+        parallelism = min(spec.parallelism, per_task) if per_task else spec.parallelism
+        replicas = sweep_warm_target(parallelism, len(waiting), cap)
+        if replicas <= 0:
+            continue
+        trial = trial_body(sweep, spec, waiting[0])["spec"]
+        pool = warm_pool_name(name, task)
+        pools[pool] = {
+            "apiVersion": API_VERSION, "kind": "WarmPool",
+            "metadata": {"name": pool, "namespace": sweep["metadata"].get("namespace"),
+                         "labels": {**MANAGED_BY, LABEL_SWEEP: label_value(name)},
+                         "ownerReferences": [owner_reference(sweep)]},
+            "spec": {"replicas": replicas,
+                     **{k: trial[k] for k in ("taskRef", "agent", "environment", "pod")
+                        if k in trial}},
+        }
+    return pools

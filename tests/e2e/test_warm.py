@@ -1,0 +1,116 @@
+"""Warm pods end to end (docs/warm-pods.md): a WarmPool's pods claimed by Trials, each once,
+with no Secret in a pod before its claim, and replaced when lost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.e2e.conftest import GROUP, VERSION, condition, task_files
+
+CLAIMED_BY = "shipyard.dev/claimed-by"
+POOL_LABEL = "shipyard.dev/warm-pool"
+REWARD = "grep -q ok /app/out.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > " \
+         "/logs/verifier/reward.txt\n"
+
+
+def pool(shipyard, name: str, task: str, replicas: int, **spec: Any) -> None:
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "warmpools", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "WarmPool", "metadata": {"name": name},
+        "spec": {"taskRef": {"name": task}, "replicas": replicas, **spec}})
+
+
+def pods_of(shipyard, pool_name: str) -> list[Any]:
+    return [p for p in shipyard.core.list_namespaced_pod(
+        shipyard.namespace, label_selector=f"{POOL_LABEL}={pool_name}").items
+        if p.metadata.deletion_timestamp is None]
+
+
+def wait_ready(shipyard, name: str, ready: int, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = shipyard.get("warmpools", name)
+        if (body.get("status") or {}).get("ready", 0) >= ready:
+            return body
+        time.sleep(0.5)
+    raise AssertionError(f"pool {name} not ready: {body.get('status')}")
+
+
+def test_warm_pool_apply_trial_reward_each_pod_once_no_secret_before_claim(cluster, shipyard):
+    value = "sk-warm-5e1f0c"
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "warm-key"}, "stringData": {"WARM_API_KEY": value}})
+    shipyard.task("warm", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    pool(shipyard, "warm-pool", "warm", 2)
+    wait_ready(shipyard, "warm-pool", 2)
+    printed = cluster.kubectl_run("-n", shipyard.namespace, "get", "warmpools").stdout
+    assert "warm-pool" in printed and "READY" in printed and "CLAIMED" in printed
+    warm = pods_of(shipyard, "warm-pool")
+    assert len(warm) == 2
+    for p in warm:  # no Secret volume, no agent env: nothing of a trial before its claim
+        spec = str(p.spec.to_dict())
+        assert "secret_name" not in spec.replace("'secret_name': None", "")
+        assert value not in spec and "warm-key" not in spec
+        assert p.metadata.labels["shipyard.dev/trial"] == ""
+        assert "shipyard.dev/network" not in p.metadata.labels
+    names = {p.metadata.name for p in warm}
+    agent = {"name": "command", "command": 'test -n "$WARM_API_KEY" && echo ok > /app/out.txt',
+             "envFrom": [{"secretRef": {"name": "warm-key"}}]}
+    shipyard.trial("warm-secret", "warm", agent)
+    shipyard.trial("warm-oracle", "warm")
+    shipyard.trial("warm-nop", "warm", {"name": "nop"})
+    claimed = {}
+    for name, reward in (("warm-secret", 1), ("warm-oracle", 1), ("warm-nop", 0)):
+        trial = shipyard.wait(name)
+        assert trial["status"]["reward"] == reward, trial["status"]
+        claimed[name] = trial["status"].get("warmPod")
+    assert value not in str(shipyard.get("trials", "warm-secret"))
+    used = [p for p in claimed.values() if p]
+    assert len(used) == len(set(used)) >= 2, claimed  # two warm pods, each used once
+    assert set(used) <= names | {p.metadata.name for p in pods_of(shipyard, "warm-pool")}
+    reasons = {e.reason for n in claimed for e in shipyard.events(n)}
+    assert "WarmPodClaimed" in reasons
+    # the pool refills; the claimed pods went with their trials
+    body = wait_ready(shipyard, "warm-pool", 2)
+    left = {p.metadata.name for p in pods_of(shipyard, "warm-pool")}
+    assert not (left & set(used)), left
+    assert condition(body, "Ready")["status"] == "True"
+
+
+def test_a_warm_pod_deleted_under_a_claim_costs_no_retry(shipyard):
+    shipyard.task("gone", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    pool(shipyard, "gone-pool", "gone", 1)
+    wait_ready(shipyard, "gone-pool", 1)
+    shipyard.trial("gone-oracle", "gone")
+
+    def claimed(t):
+        return bool((t.get("status") or {}).get("warmPod"))
+
+    first = shipyard.wait("gone-oracle", timeout=60, until=claimed)["status"]["warmPod"]
+    shipyard.core.delete_namespaced_pod(first, shipyard.namespace, grace_period_seconds=0)
+    trial = shipyard.wait("gone-oracle", timeout=120)
+    status = trial["status"]
+    if status.get("warmPod") != first or any(
+            e.reason == "WarmPodLost" for e in shipyard.events("gone-oracle")):
+        # deleted before its first phase: another pod, the same attempt
+        assert status["attempt"] == 1
+    assert status["reward"] == 1, status
+
+
+def test_deleting_a_pool_leaves_no_pod(shipyard):
+    shipyard.task("drop", task_files(REWARD))
+    pool(shipyard, "drop-pool", "drop", 2)
+    wait_ready(shipyard, "drop-pool", 2)
+    shipyard.api.patch_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "warmpools",
+                                                "drop-pool", {"spec": {"replicas": 1}})
+    deadline = time.monotonic() + 30
+    while len(pods_of(shipyard, "drop-pool")) != 1:
+        assert time.monotonic() < deadline, "the pool did not shrink"
+        time.sleep(0.5)
+    shipyard.api.delete_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "warmpools",
+                                                 "drop-pool")
+    deadline = time.monotonic() + 60
+    while pods_of(shipyard, "drop-pool"):
+        assert time.monotonic() < deadline, "the pool's pods are still there"
+        time.sleep(0.5)
