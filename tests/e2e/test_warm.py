@@ -79,23 +79,32 @@ def test_warm_pool_apply_trial_reward_each_pod_once_no_secret_before_claim(clust
 
 
 def test_a_warm_pod_deleted_under_a_claim_costs_no_retry(shipyard):
+    """Pods that cannot be scheduled (a node selector no node has) stay claimed and not yet
+    running: deleting the claimed one makes the trial let it go and claim another, in the
+    same attempt."""
     shipyard.task("gone", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
-    pool(shipyard, "gone-pool", "gone", 1)
-    wait_ready(shipyard, "gone-pool", 1)
-    shipyard.trial("gone-oracle", "gone")
+    nowhere = {"nodeSelector": {"shipyard.dev/nowhere": "x"}}
+    pool(shipyard, "gone-pool", "gone", 2, pod=nowhere)
+    deadline = time.monotonic() + 60
+    while len(pods_of(shipyard, "gone-pool")) < 2:
+        assert time.monotonic() < deadline, shipyard.get("warmpools", "gone-pool").get("status")
+        time.sleep(0.5)
+    shipyard.trial("gone-oracle", "gone", pod=nowhere)
 
     def claimed(t):
         return bool((t.get("status") or {}).get("warmPod"))
 
     first = shipyard.wait("gone-oracle", timeout=60, until=claimed)["status"]["warmPod"]
     shipyard.core.delete_namespaced_pod(first, shipyard.namespace, grace_period_seconds=0)
-    trial = shipyard.wait("gone-oracle", timeout=120)
-    status = trial["status"]
-    if status.get("warmPod") != first or any(
-            e.reason == "WarmPodLost" for e in shipyard.events("gone-oracle")):
-        # deleted before its first phase: another pod, the same attempt
-        assert status["attempt"] == 1
-    assert status["reward"] == 1, status
+
+    def reclaimed(t):
+        return (t.get("status") or {}).get("warmPod") not in (None, first)
+
+    status = shipyard.wait("gone-oracle", timeout=60, until=reclaimed)["status"]
+    assert status["attempt"] == 1 and status["podName"] == status["warmPod"], status
+    assert "WarmPodLost" in {e.reason for e in shipyard.events("gone-oracle")}
+    shipyard.api.delete_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "trials",
+                                                 "gone-oracle")
 
 
 def test_deleting_a_pool_leaves_no_pod(shipyard):

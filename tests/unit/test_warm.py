@@ -78,14 +78,33 @@ def test_a_warm_pod_is_under_the_deny_all_and_the_claim_makes_it_the_trials() ->
     assert labels[LABEL_COMPONENT] == "warm" and labels[LABEL_WARM_KEY] == warm_key(spec)
     assert manifest["metadata"]["ownerReferences"][0]["kind"] == "WarmPool"
     manifest["metadata"].update(name="hello-pool-w-abcde", resourceVersion="42")
-    patch = claim_patch(trial_body(), plan, manifest)["metadata"]
-    assert patch["resourceVersion"] == "42"
-    assert patch["labels"][LABEL_TRIAL] == "hello-oracle"
-    assert patch["labels"][LABEL_COMPONENT] == "environment"
-    assert patch["labels"][LABEL_WARM_KEY] is None
-    assert patch["labels"][LABEL_NETWORK] == plan.network.baseline(Role.ENV, None)
-    assert patch["annotations"] == {ANNOTATION_CLAIMED_BY: trial_body()["metadata"]["uid"]}
-    assert [o["kind"] for o in patch["ownerReferences"]] == ["Trial"]
+    ops = claim_patch(trial_body(), plan, manifest)
+    patched = apply_json_patch(manifest, ops)["metadata"]
+    assert patched["resourceVersion"] == "42"
+    assert patched["labels"][LABEL_TRIAL] == "hello-oracle"
+    assert patched["labels"][LABEL_COMPONENT] == "environment"
+    assert LABEL_WARM_KEY not in patched["labels"]
+    assert patched["labels"][LABEL_NETWORK] == plan.network.baseline(Role.ENV, None)
+    assert patched["annotations"] == {ANNOTATION_CLAIMED_BY: trial_body()["metadata"]["uid"]}
+    assert [o["kind"] for o in patched["ownerReferences"]] == ["Trial"]
+
+
+def apply_json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 add/replace/remove on maps (what a claim uses), for the test."""
+    import copy
+
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~")
+                          for p in op["path"].split("/")[1:]]
+        target = doc
+        for p in parents:
+            target = target[p]
+        if op["op"] == "remove":
+            del target[last]
+        else:
+            target[last] = op["value"]
+    return doc
 
 
 def warm(name: str, state: str, key: str = "k", age: float = 0) -> WarmPod:

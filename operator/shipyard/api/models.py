@@ -402,8 +402,9 @@ class WarmPoolSpec(Model):
 
     task_ref: LocalObjectReference
     replicas: int = Field(default=1, ge=0, le=100, description="Unclaimed pods to keep.")
-    agent: AgentSpec = Field(default=AgentSpec(), description="The agent whose pods these are "
-                             "(only its bundle matters: oracle and nop share pods).")
+    agent: AgentSpec = Field(default=AgentSpec(name="nop"), description="The agent whose pods "
+                             "these are (only an installed agent's bundle matters: oracle, nop "
+                             "and command agents share pods).")
     environment: EnvironmentSpec = EnvironmentSpec()
     pod: PodSettings = PodSettings()
 

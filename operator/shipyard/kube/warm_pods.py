@@ -72,13 +72,14 @@ def delete_unclaimed(namespace: str, name: str, resource_version: str) -> bool:
     return True
 
 
-def claim(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+def claim(namespace: str, name: str, patch: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Apply the claim patch (it carries the pod's resourceVersion); None when the pod was
-    claimed, changed or deleted meanwhile."""
+    claimed, changed or deleted meanwhile (404, 409; 422: the patch no longer applies, e.g.
+    the warm label it removes is gone)."""
     try:
         return _sanitize(core().patch_namespaced_pod(name, namespace, patch))
     except ApiException as e:
-        if e.status in (404, 409):
+        if e.status in (404, 409, 422):
             return None
         raise
 
@@ -109,8 +110,9 @@ def deliver_secrets(namespace: str, pod: str, source: str, names: tuple[str, ...
     reply = runner.Reply("ok")
     for index, key, value in secret_files(namespace, names):
         folder = f"{source}/{index}"
+        # `head -c N`: the exec's stdin is not closed after the value (no EOF for `cat`)
         script = (f"umask 077 && mkdir -p {shlex.quote(folder)} && "
-                  f"cat > {shlex.quote(folder + '/' + key)}")
+                  f"head -c {len(value)} > {shlex.quote(folder + '/' + key)}")
         reply = runner.exec_with_stdin(namespace, pod, SECRETS_CONTAINER,
                                        ["/bin/sh", "-c", script], value)
         if reply.state != "ok":

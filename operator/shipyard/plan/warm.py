@@ -44,7 +44,8 @@ def pool_trial(pool: Mapping[str, Any]) -> dict[str, Any]:
     """The Trial a WarmPool's pods are rendered for: the pool's task, agent, environment and
     pod settings, under the pool's name (which no pod spec carries)."""
     meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
-    trial_spec = {k: spec[k] for k in ("taskRef", "agent", "environment", "pod") if k in spec}
+    trial_spec = {"agent": {"name": "nop"},  # the pool's default: no solution needed
+                  **{k: spec[k] for k in ("taskRef", "agent", "environment", "pod") if k in spec}}
     return {"apiVersion": pool.get("apiVersion"), "kind": "Trial",
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
                          "uid": meta.get("uid") or ""},

@@ -72,17 +72,33 @@ def build_warm_pod(pool: dict[str, Any], task: str, spec: dict[str, Any], key: s
     }
 
 
-def claim_patch(trial: dict[str, Any], plan: TrialPlan, pod: dict[str, Any]) -> dict[str, Any]:
-    """The merge patch that makes a warm pod the trial's environment pod, under the pod's
-    resourceVersion (a pod claimed meanwhile answers 409): the trial's labels and network
-    baseline, the trial as its only owner, the claim recorded in an annotation."""
-    labels: dict[str, str | None] = dict(trial_labels(trial, Role.ENV.component))
-    labels[LABEL_WARM_KEY] = None
+def claim_patch(trial: dict[str, Any], plan: TrialPlan, pod: dict[str, Any]
+                ) -> list[dict[str, Any]]:
+    """The JSON patch that makes a warm pod the trial's environment pod, under the pod's
+    resourceVersion (a pod changed or claimed meanwhile answers 409): the trial's labels and
+    network baseline, the trial as its only owner, the claim recorded in an annotation."""
+    meta = pod["metadata"]
+    labels = dict(trial_labels(trial, Role.ENV.component))
     if plan.network is not None:
         labels[LABEL_NETWORK] = plan.network.baseline(Role.ENV, None)
-    return {"metadata": {
-        "resourceVersion": pod["metadata"]["resourceVersion"],
-        "labels": labels,
-        "annotations": {ANNOTATION_CLAIMED_BY: trial["metadata"].get("uid") or ""},
-        "ownerReferences": [owner_reference(trial)],
-    }}
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/ownerReferences", "value": [owner_reference(trial)]},
+    ]
+    ops += [{"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+            for k, v in labels.items()]
+    if LABEL_WARM_KEY in (meta.get("labels") or {}):
+        ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(LABEL_WARM_KEY)}"})
+    uid = trial["metadata"].get("uid") or ""
+    if meta.get("annotations"):
+        ops.append({"op": "add", "path": f"/metadata/annotations/{_pointer(ANNOTATION_CLAIMED_BY)}",
+                    "value": uid})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {ANNOTATION_CLAIMED_BY: uid}})
+    return ops
+
+
+def _pointer(key: str) -> str:
+    """A map key as a JSON pointer segment."""
+    return key.replace("~", "~0").replace("/", "~1")
