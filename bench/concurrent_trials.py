@@ -396,6 +396,18 @@ def bench_namespace(kind: str) -> tuple[str, client.CoreV1Api, client.CustomObje
     return kubeconfig, core, custom, namespace
 
 
+def drop_finalizers(custom: client.CustomObjectsApi, namespace: str,
+                    plurals: tuple[str, ...] = ("sweeps", "trials", "tasks")) -> None:
+    """After the operator is gone: its finalizers off, so the namespace can go."""
+    for plural in plurals:
+        for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                        plural)["items"]:
+            if obj["metadata"].get("finalizers"):
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, obj["metadata"]["name"],
+                    {"metadata": {"finalizers": None}})
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from concurrent_trials import (  # noqa: E402
     bench_namespace,
+    drop_finalizers,
     follow_until,
     peak_rss_mib,
     percentile,
@@ -246,14 +247,7 @@ def main() -> int:
             operator.wait(30)
         except subprocess.TimeoutExpired:
             operator.kill()
-        for plural in ("sweeps", "trials", "tasks"):  # the operator is gone: no finalizers
-            for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
-                                                            plural)["items"]:
-                if not obj["metadata"].get("finalizers"):
-                    continue
-                custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural, obj["metadata"]["name"],
-                    {"metadata": {"finalizers": None}})
+        drop_finalizers(custom, namespace)  # the operator is gone
         core.delete_namespace(namespace)
     status = sweep.get("status") or {}
     text = log.read_text(errors="replace")

@@ -123,3 +123,104 @@ def test_deleting_a_pool_leaves_no_pod(shipyard):
     while pods_of(shipyard, "drop-pool"):
         assert time.monotonic() < deadline, "the pool's pods are still there"
         time.sleep(0.5)
+
+
+def sweep_body(name: str, task: str, attempts: int, parallelism: int,
+               agents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sweep", "metadata": {"name": name},
+            "spec": {"tasks": {"names": [task]},
+                     "agents": agents or [{"name": "oracle"}, {"name": "nop"}],
+                     "attempts": attempts, "parallelism": parallelism}}
+
+
+def sweep_done(shipyard, name: str, timeout: float = 300) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sweep = shipyard.get("sweeps", name)
+        if condition(sweep, "Complete") and condition(sweep, "Complete")["status"] == "True":
+            return shipyard.api.list_namespaced_custom_object(
+                GROUP, VERSION, shipyard.namespace, "trials",
+                label_selector=f"shipyard.dev/sweep={name}")["items"]
+        time.sleep(1)
+    raise AssertionError(f"sweep {name} not complete: {shipyard.get('sweeps', name)['status']}")
+
+
+def live_pods(shipyard) -> list[str]:
+    return [p.metadata.name for p in shipyard.core.list_namespaced_pod(shipyard.namespace).items
+            if p.metadata.deletion_timestamp is None]
+
+
+def no_pods_left(shipyard, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while live_pods(shipyard):
+        assert time.monotonic() < deadline, f"pods left: {live_pods(shipyard)}"
+        time.sleep(1)
+    pools = shipyard.api.list_namespaced_custom_object(GROUP, VERSION, shipyard.namespace,
+                                                       "warmpools")["items"]
+    assert not pools, [p["metadata"]["name"] for p in pools]
+
+
+def check_rewards_and_claims(trials: list[dict[str, Any]], expected: int) -> set[str]:
+    """Every trial rewarded as without warm pods (oracle 1, nop 0); each warm pod used by one
+    trial at most. Returns the warm pods used."""
+    assert len(trials) == expected
+    for t in trials:
+        reward = 1 if t["spec"]["agent"]["name"] == "oracle" else 0
+        assert t["status"].get("reward") == reward, (t["metadata"]["name"], t["status"])
+    used = [t["status"]["warmPod"] for t in trials if t["status"].get("warmPod")]
+    assert len(used) == len(set(used)), used
+    return set(used)
+
+
+def test_a_sweep_with_warm_pods_rewards_as_without_and_leaves_nothing(shipyard):
+    shipyard.task("sw", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    shipyard.wait_task("sw")
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "sweeps",
+                                                 sweep_body("sw", "sw", 4, 2))
+    used = check_rewards_and_claims(sweep_done(shipyard, "sw"), 8)
+    assert used, "no trial of the sweep ran in a warm pod"
+    no_pods_left(shipyard)
+
+
+def test_operator_killed_during_claims_loses_and_duplicates_nothing(operator, shipyard):
+    shipyard.task("chaos", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    shipyard.wait_task("chaos")
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "sweeps",
+                                                 sweep_body("chaos", "chaos", 6, 4))
+    for _ in range(3):  # while trials claim pods and the pool refills
+        deadline = time.monotonic() + 60
+        while not any("-w-" in p for p in live_pods(shipyard)):
+            assert time.monotonic() < deadline, "no warm pod"
+            time.sleep(0.2)
+        time.sleep(1.5)
+        operator.kill()
+        time.sleep(1)
+        operator.start()
+        sweep = shipyard.get("sweeps", "chaos")
+        if condition(sweep, "Complete"):
+            break
+    trials = sweep_done(shipyard, "chaos")
+    check_rewards_and_claims(trials, 12)
+    assert all(t["status"]["attempt"] == 1 for t in trials)
+    no_pods_left(shipyard)
+
+
+def test_a_suspended_then_deleted_sweep_leaves_no_pod(shipyard):
+    shipyard.task("susp", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    shipyard.wait_task("susp")
+    slow = [{"name": "command", "command": "sleep 4; echo ok > /app/out.txt"}]
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "sweeps",
+                                                 sweep_body("susp", "susp", 10, 2, slow))
+    deadline = time.monotonic() + 60
+    while not any("-w-" in p for p in live_pods(shipyard)):
+        assert time.monotonic() < deadline, "the sweep keeps no warm pod"
+        time.sleep(0.5)
+    shipyard.api.patch_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "sweeps",
+                                                "susp", {"spec": {"suspend": True}})
+    deadline = time.monotonic() + 60
+    while any("-w-" in p for p in live_pods(shipyard)):  # the unclaimed go at once
+        assert time.monotonic() < deadline, f"warm pods left: {live_pods(shipyard)}"
+        time.sleep(0.5)
+    shipyard.api.delete_namespaced_custom_object(GROUP, VERSION, shipyard.namespace, "sweeps",
+                                                 "susp")
+    no_pods_left(shipyard, timeout=120)

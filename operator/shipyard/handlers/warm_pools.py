@@ -74,6 +74,8 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
     if not claims_warm_pod(plan, meta.get("labels") or {}, kueue_admitted):
         return None
     namespace, uid = meta["namespace"], meta.get("uid") or ""
+    if not any(ns == namespace for ns, _ in list(_pools)):
+        return None  # no pool in the namespace (as the watch tells): no API call
     again = kube.claimed_by(namespace, label_value(meta["name"]), uid)
     if again is not None:  # claimed before an operator restart
         return again
@@ -99,10 +101,14 @@ def deliver_secrets(namespace: str, pod: str, plan: TrialPlan):
 
 @dataclass
 class PoolIndex:
+    body: dict[str, Any]  # the live WarmPool, updated in place by its watch events
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
 
 
 _pools: dict[tuple[str, str], PoolIndex] = {}
+"""One asyncio task per WarmPool, started from its watch (no kopf daemon: no finalizer on a
+pool, whose pods are owned by it and go with it)."""
 
 
 def wake_pool(pool: str | None, namespace: str) -> None:
@@ -121,23 +127,53 @@ async def warm_task_changed(namespace: str, **_: Any) -> None:
     wake_pool(None, namespace)
 
 
-@kopf.daemon(GROUP, VERSION, "warmpools", cancellation_timeout=10, initial_delay=0)
-async def run_pool(body: kopf.Body, namespace: str, name: str, logger: logging.Logger,
-                   stopped: kopf.DaemonStopped, **_: Any) -> None:
-    index = _pools.setdefault((namespace, name), PoolIndex())
-    pool = PoolDriver(body, namespace, name, logger)
-    try:
-        while not stopped:
+@kopf.on.event(GROUP, VERSION, "warmpools")
+async def warm_pool_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
+                          logger: logging.Logger, **_: Any) -> None:
+    key = (namespace, name)
+    index = _pools.get(key)
+    if event.get("type") == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        if index is not None and index.task is not None:
+            index.task.cancel()
+        _pools.pop(key, None)
+        return
+    if index is not None:
+        index.body.clear()
+        index.body.update(dict(body))
+        index.event.set()
+        return
+    index = _pools[key] = PoolIndex(dict(body))
+    index.task = asyncio.get_running_loop().create_task(run_pool(index, namespace, name, logger),
+                                                        name=f"warm pool {namespace}/{name}")
+
+
+@kopf.on.cleanup()
+async def stop_pools(**_: Any) -> None:
+    for index in list(_pools.values()):
+        if index.task is not None:
+            index.task.cancel()
+
+
+async def run_pool(index: PoolIndex, namespace: str, name: str,
+                   logger: logging.Logger) -> None:
+    """Reconcile the pool on each wake (its pods, its task, itself changed) and every
+    IDLE_WAIT; a failed pass is logged and tried again after a pause."""
+    pool = PoolDriver(index.body, namespace, name, logger)
+    while True:
+        try:
             wait = await pool.reconcile()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(index.event.wait(), wait)
-            index.event.clear()
-    finally:
-        _pools.pop((namespace, name), None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the cluster's failure or a bug: never a dead pool
+            logger.warning(f"warm pool {namespace}/{name}: {type(e).__name__}: {e}")
+            wait = 5.0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(index.event.wait(), wait)
+        index.event.clear()
 
 
 class PoolDriver:
-    def __init__(self, body: kopf.Body, namespace: str, name: str,
+    def __init__(self, body: dict[str, Any], namespace: str, name: str,
                  logger: logging.Logger) -> None:
         self.body, self.namespace, self.name, self.logger = body, namespace, name, logger
         self.settings = config.current()

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Warm pods (docs/warm-pods.md) against the floor, in one run on the same cluster.
+
+    python bench/warm.py [-n 40] [--parallelism 4] [--runs 20] [--arms floor,cold,warm,apply]
+
+- floor: N bare pods doing the trivial task's work, at most P at once (a pod is created as
+  soon as one ends): what the cluster itself costs;
+- cold: a Sweep of N trivial oracle trials at parallelism P, warm pods off
+  (SHIPYARD_SWEEP_WARM_PODS=0), timed from the Sweep's creation to its last trial's end;
+- warm: the same Sweep with warm pods (the pods it warms are created after the Sweep: they
+  count);
+- apply: `kubectl apply` of one Trial → its reward, p50 over `--runs`, with a WarmPool of one
+  pod (each run waits for the pool to be ready again), and without (the cold figure beside it).
+
+Each arm has a namespace and an operator of its own and starts on a quiet node
+(`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from concurrent_trials import (  # noqa: E402
+    FLOOR_WORK,
+    GROUP,
+    VERSION,
+    apply_crds,
+    drop_finalizers,
+    ensure_cluster,
+    follow_until,
+    make_namespace,
+    namespace_name,
+    settle,
+    start_operator,
+    task_files,
+    wait_ready,
+)
+
+IMAGE = "localhost/shipyard/debian:bookworm"
+
+
+def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float) -> float:
+    """Seconds for N bare pods, P at once."""
+    namespace = namespace_name("wfl")
+    make_namespace(core, namespace)
+    done: dict[str, tuple[float, bool]] = {}
+    slots = threading.Semaphore(parallelism)
+    freed: set[str] = set()
+
+    def done_of(pod) -> tuple[str, bool] | None:
+        if pod.status and pod.status.phase in ("Succeeded", "Failed"):
+            if pod.metadata.name not in freed:
+                freed.add(pod.metadata.name)
+                slots.release()
+            return pod.metadata.name, pod.status.phase == "Succeeded"
+        return None
+
+    try:
+        finished = follow_until(core.list_namespaced_pod, (namespace,), n, timeout, done_of, done)
+        time.sleep(0.5)
+        began = time.monotonic()
+        for i in range(n):
+            slots.acquire()
+            core.create_namespaced_pod(namespace, {
+                "metadata": {"name": f"p{i:04d}"},
+                "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                         "enableServiceLinks": False, "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "main", "image": IMAGE,
+                                         "imagePullPolicy": "IfNotPresent",
+                                         "command": ["/bin/sh", "-c", FLOOR_WORK]}]}})
+        finished.wait(timeout)
+        return max(t for t, _ in done.values()) - began
+    finally:
+        core.delete_namespace(namespace)
+
+
+class Operated:
+    """A namespace with this checkout's operator (environment `env`) and the trivial Task."""
+
+    def __init__(self, kubeconfig: str, core, custom, kind: str, env: dict[str, str]) -> None:
+        self.core, self.custom = core, custom
+        self.namespace = namespace_name(kind)
+        make_namespace(core, self.namespace)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self.operator, self.log = start_operator(kubeconfig, self.namespace)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        time.sleep(3)
+        self.create("tasks", "trivial", {"source": {"inline": {"files": task_files(IMAGE)}}})
+        wait_ready(custom, self.namespace, "trivial")
+
+    def create(self, plural: str, name: str, spec: dict) -> None:
+        kind = {"tasks": "Task", "trials": "Trial", "sweeps": "Sweep", "warmpools": "WarmPool"}
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": kind[plural],
+            "metadata": {"name": name}, "spec": spec})
+
+    def close(self) -> None:
+        self.operator.send_signal(signal.SIGTERM)
+        self.operator.wait(30)
+        drop_finalizers(self.custom, self.namespace, ("sweeps", "trials", "tasks", "warmpools"))
+        self.core.delete_namespace(self.namespace)
+
+
+def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
+          timeout: float) -> tuple[float, int, int]:
+    """Seconds from the Sweep's creation to its last trial's end; trials rewarded 1; trials
+    that ran in a warm pod."""
+    env = {"SHIPYARD_SWEEP_WARM_PODS": "8" if warm else "0"}
+    run = Operated(kubeconfig, core, custom, "wsw" if warm else "csw", env)
+    done: dict[str, tuple[float, bool]] = {}
+    warmed: set[str] = set()
+
+    def done_of(trial: dict) -> tuple[str, bool] | None:
+        status = trial.get("status") or {}
+        if status.get("warmPod"):
+            warmed.add(trial["metadata"]["name"])
+        if status.get("phase") in ("Completed", "Failed"):
+            return trial["metadata"]["name"], status.get("reward") == 1
+        return None
+
+    try:
+        finished = follow_until(custom.list_namespaced_custom_object,
+                                (GROUP, VERSION, run.namespace, "trials"), n, timeout,
+                                done_of, done)
+        time.sleep(0.5)
+        began = time.monotonic()
+        run.create("sweeps", "bench", {"tasks": {"names": ["trivial"]},
+                                       "agents": [{"name": "oracle"}], "attempts": n,
+                                       "parallelism": parallelism})
+        finished.wait(timeout)
+        wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
+        return wall, sum(1 for _, ok in done.values() if ok), len(warmed)
+    finally:
+        run.close()
+
+
+def apply_to_reward(kubeconfig: str, core, custom, runs: int, warm: bool,
+                    timeout: float) -> tuple[list[float], int]:
+    """Seconds from a Trial's creation to its reward, `runs` times one after the other; how
+    many ran in a warm pod."""
+    run = Operated(kubeconfig, core, custom, "wap" if warm else "cap", {})
+    times, warmed = [], 0
+    try:
+        if warm:
+            run.create("warmpools", "pool", {"taskRef": {"name": "trivial"}, "replicas": 1})
+        for i in range(runs):
+            deadline = time.monotonic() + timeout
+            while warm and (custom.get_namespaced_custom_object(
+                    GROUP, VERSION, run.namespace, "warmpools", "pool").get("status")
+                    or {}).get("ready", 0) < 1:
+                assert time.monotonic() < deadline, "the pool never got ready"
+                time.sleep(0.1)
+            time.sleep(0.5)  # the pod's start is over
+            began = time.monotonic()
+            run.create("trials", f"t{i:03d}", {"taskRef": {"name": "trivial"},
+                                                "agent": {"name": "oracle"}})
+            while True:
+                status = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, run.namespace, "trials", f"t{i:03d}").get("status") or {}
+                if status.get("reward") is not None or status.get("phase") == "Failed":
+                    times.append(time.monotonic() - began)
+                    warmed += bool(status.get("warmPod"))
+                    break
+                assert time.monotonic() < deadline, f"trial t{i:03d}: {status}"
+                time.sleep(0.05)
+        return times, warmed
+    finally:
+        run.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=40)
+    parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=20, help="apply → reward runs")
+    parser.add_argument("--arms", default="floor,cold,warm,apply")
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    arms = {a.strip() for a in args.arms.split(",")}
+    kubeconfig = ensure_cluster()
+    apply_crds(kubeconfig)
+    config.load_kube_config(kubeconfig)
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    out: dict[str, float] = {}
+    print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores")
+    if "floor" in arms:
+        settle(core)
+        out["floor"] = floor(core, args.n, args.parallelism, args.timeout)
+        print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s")
+    for name in ("cold", "warm"):
+        if name in arms:
+            settle(core)
+            wall, ok, warmed = sweep(kubeconfig, core, custom, args.n, args.parallelism,
+                                     name == "warm", args.timeout)
+            out[name] = wall
+            ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
+            print(f"sweep, warm pods {'on' if name == 'warm' else 'off'}: {wall:.1f} s{ratio} "
+                  f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod)")
+    if "apply" in arms:
+        for warm in (True, False):
+            settle(core)
+            times, warmed = apply_to_reward(kubeconfig, core, custom, args.runs, warm,
+                                            args.timeout)
+            print(f"apply → reward, {'warm pool' if warm else 'cold'}: p50 "
+                  f"{statistics.median(times):.2f} s, min {min(times):.2f}, max "
+                  f"{max(times):.2f} over {len(times)} runs ({warmed} in a warm pod)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
