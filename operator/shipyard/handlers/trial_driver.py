@@ -510,6 +510,7 @@ class TrialDriver:
         await self.save(machine.on_pod_created(self.status, Role.ENV, name, now(), warm=True))
         self.event("Normal", Reason.WARM_POD_CLAIMED, f"environment pod {name}: a warm pod "
                    f"of image {claimed['spec']['containers'][0]['image']}, claimed")
+        await self.flush()  # the claim on record at once (`warm_pools.claim` finds it too)
         return True
 
     # ------------------------------------------------------------ network policies

@@ -74,8 +74,9 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
     if not claims_warm_pod(plan, meta.get("labels") or {}, kueue_admitted):
         return None
     namespace, uid = meta["namespace"], meta.get("uid") or ""
-    if not any(ns == namespace for ns, _ in list(_pools)):
-        return None  # no pool in the namespace (as the watch tells): no API call
+    started = ((trial.get("status") or {}).get("phase") or "Pending") != "Pending"
+    if not started and not any(ns == namespace for ns, _ in list(_pools)):
+        return None  # a fresh trial, no pool in the namespace (as the watch tells): no call
     again = kube.claimed_by(namespace, label_value(meta["name"]), uid)
     if again is not None:  # claimed before an operator restart
         return again
