@@ -90,6 +90,7 @@ class Operated:
 
     def __init__(self, kubeconfig: str, core, custom, kind: str, env: dict[str, str]) -> None:
         self.core, self.custom = core, custom
+        apply_crds(kubeconfig)  # another checkout's may have been applied since (shared cluster)
         self.namespace = namespace_name(kind)
         make_namespace(core, self.namespace)
         saved = {k: os.environ.get(k) for k in env}
@@ -109,6 +110,12 @@ class Operated:
             "apiVersion": f"{GROUP}/{VERSION}", "kind": kind[plural],
             "metadata": {"name": name}, "spec": spec})
 
+    def claims(self) -> int:
+        """Trials that claimed a warm pod (their WarmPodClaimed Events: status.warmPod may be
+        dropped by another checkout's CRD on a shared cluster)."""
+        return sum(1 for e in self.core.list_namespaced_event(self.namespace).items
+                   if e.reason == "WarmPodClaimed")
+
     def close(self) -> None:
         self.operator.send_signal(signal.SIGTERM)
         self.operator.wait(30)
@@ -123,12 +130,9 @@ def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
     env = {"SHIPYARD_SWEEP_WARM_PODS": "8" if warm else "0"}
     run = Operated(kubeconfig, core, custom, "wsw" if warm else "csw", env)
     done: dict[str, tuple[float, bool]] = {}
-    warmed: set[str] = set()
 
     def done_of(trial: dict) -> tuple[str, bool] | None:
         status = trial.get("status") or {}
-        if status.get("warmPod"):
-            warmed.add(trial["metadata"]["name"])
         if status.get("phase") in ("Completed", "Failed"):
             return trial["metadata"]["name"], status.get("reward") == 1
         return None
@@ -144,7 +148,7 @@ def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
                                        "parallelism": parallelism})
         finished.wait(timeout)
         wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
-        return wall, sum(1 for _, ok in done.values() if ok), len(warmed)
+        return wall, sum(1 for _, ok in done.values() if ok), run.claims()
     finally:
         run.close()
 
@@ -154,7 +158,7 @@ def apply_to_reward(kubeconfig: str, core, custom, runs: int, warm: bool,
     """Seconds from a Trial's creation to its reward, `runs` times one after the other; how
     many ran in a warm pod."""
     run = Operated(kubeconfig, core, custom, "wap" if warm else "cap", {})
-    times, warmed = [], 0
+    times: list[float] = []
     try:
         if warm:
             run.create("warmpools", "pool", {"taskRef": {"name": "trivial"}, "replicas": 1})
@@ -174,11 +178,10 @@ def apply_to_reward(kubeconfig: str, core, custom, runs: int, warm: bool,
                     GROUP, VERSION, run.namespace, "trials", f"t{i:03d}").get("status") or {}
                 if status.get("reward") is not None or status.get("phase") == "Failed":
                     times.append(time.monotonic() - began)
-                    warmed += bool(status.get("warmPod"))
                     break
                 assert time.monotonic() < deadline, f"trial t{i:03d}: {status}"
                 time.sleep(0.05)
-        return times, warmed
+        return times, run.claims()
     finally:
         run.close()
 

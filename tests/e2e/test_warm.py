@@ -6,12 +6,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.e2e.conftest import GROUP, VERSION, condition, task_files
+import pytest
+
+from tests.e2e.conftest import GROUP, ROOT, VERSION, condition, task_files
 
 CLAIMED_BY = "shipyard.dev/claimed-by"
 POOL_LABEL = "shipyard.dev/warm-pool"
 REWARD = "grep -q ok /app/out.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > " \
          "/logs/verifier/reward.txt\n"
+
+
+@pytest.fixture(autouse=True)
+def own_crds(cluster) -> None:
+    """CRDs are cluster-wide: another checkout's test run may have applied its own since the
+    session began (without `status.warmPod`, which the apiserver would then drop)."""
+    cluster.kubectl_run("apply", "-f", str(ROOT / "crds"))
 
 
 def pool(shipyard, name: str, task: str, replicas: int, **spec: Any) -> None:
