@@ -24,7 +24,13 @@ import kopf
 from pydantic import ValidationError
 
 from shipyard.api.compat import known_fields
-from shipyard.api.conventions import LABEL_COMPONENT, LABEL_WARM_POOL, Component, label_value
+from shipyard.api.conventions import (
+    ANNOTATION_CLAIMED_BY,
+    LABEL_COMPONENT,
+    LABEL_WARM_POOL,
+    Component,
+    label_value,
+)
 from shipyard.api.models import GROUP, VERSION, TrialSpec, WarmPoolSpec
 from shipyard.handlers import config, image_builds
 from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
@@ -77,9 +83,11 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
     started = ((trial.get("status") or {}).get("phase") or "Pending") != "Pending"
     if not started and not any(ns == namespace for ns, _ in list(_pools)):
         return None  # a fresh trial, no pool in the namespace (as the watch tells): no call
-    again = kube.claimed_by(namespace, label_value(meta["name"]), uid)
-    if again is not None:  # claimed before an operator restart
-        return again
+    for pod in kube.trial_env_pods(namespace, label_value(meta["name"])):
+        # Made before an operator restart: a pod it claimed is its pod again; one it created
+        # is (the driver's create finds it), and no warm pod is claimed besides.
+        mine = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_CLAIMED_BY) == uid
+        return pod if mine else None
     _, key = pod_spec_for(trial, plan, settings)
     pods = {p["metadata"]["name"]: p for p in kube.claimable_pods(namespace, key)}
     for candidate in claimable([observe_warm_pod(p) for p in pods.values()], key)[:CLAIM_TRIES]:

@@ -13,7 +13,6 @@ from typing import Any
 from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from shipyard.api.conventions import (
-    ANNOTATION_CLAIMED_BY,
     LABEL_COMPONENT,
     LABEL_TRIAL,
     LABEL_WARM_KEY,
@@ -43,14 +42,11 @@ def claimable_pods(namespace: str, key: str) -> list[dict[str, Any]]:
     return list_pods(namespace, {LABEL_WARM_KEY: key, LABEL_COMPONENT: "warm"})
 
 
-def claimed_by(namespace: str, trial_label: str, uid: str) -> dict[str, Any] | None:
-    """The warm pod this trial claimed (found again after an operator restart), if any."""
-    for pod in list_pods(namespace, {LABEL_TRIAL: trial_label}):
-        meta = pod["metadata"]
-        if ((meta.get("annotations") or {}).get(ANNOTATION_CLAIMED_BY) == uid
-                and not meta.get("deletionTimestamp")):
-            return pod
-    return None
+def trial_env_pods(namespace: str, trial_label: str) -> list[dict[str, Any]]:
+    """The trial's environment pods that are not being deleted: a warm pod it claimed, or a
+    pod it created (either before an operator restart)."""
+    pods = list_pods(namespace, {LABEL_TRIAL: trial_label, LABEL_COMPONENT: "environment"})
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
 def create_pod(pod: dict[str, Any]) -> dict[str, Any]:
