@@ -319,7 +319,9 @@ def test_a_service_the_agent_started_serves_the_tests_with_keep_and_is_named_wit
     shipyard.trial("service-keep-nop", "service", agent={"name": "nop"}, verifier=keep)
     shipyard.trial("service-end-oracle", "service")
     oracle = shipyard.wait("service-keep-oracle", timeout=240)
-    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    assert oracle["status"].get("reward") == 1, (brief(oracle["status"]),
+                                                 shipyard.core.read_namespaced_config_map(
+        oracle["status"]["logsConfigMap"], shipyard.namespace).data)
     nop = shipyard.wait("service-keep-nop", timeout=240)
     assert nop["status"].get("reward") == 0, brief(nop["status"])
     ended = shipyard.wait("service-end-oracle", timeout=240)
@@ -327,5 +329,5 @@ def test_a_service_the_agent_started_serves_the_tests_with_keep_and_is_named_wit
     log = shipyard.core.read_namespaced_config_map(
         ended["status"]["logsConfigMap"], shipyard.namespace).data or {}
     agent = "\n".join(v for k, v in log.items() if "agent" in k)
-    assert "the phase left processes running, now ended: sh" in agent, agent
+    assert "the phase left processes running, now ended: sh" in agent, log
     assert "verifier.agentProcesses Keep" in agent, agent
