@@ -97,8 +97,9 @@ class TrialDriver:
     async def save(self, status: TrialStatus, outcome: machine.Outcome | None = None) -> None:
         """Take a new status (and its outcome's Events, logs, pods to stop) now; the status is
         written with the next `flush` (writes are coalesced, `trial_loop.take`)."""
+        queued = len(self.state.todo)
         self.state = self.log(loop.take(self.state, status, outcome))
-        while self.state.todo:  # what the outcome queued (a write, pods to delete)
+        for _ in range(len(self.state.todo) - queued):  # what it queued (pods to delete)
             action, self.state = loop.decide(self.state, now())
             await self.step(action)
 
