@@ -106,9 +106,6 @@ class TrialDriver:
     async def flush(self) -> None:
         await self.step(loop.flush_action(self.state))
 
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.state = loop.event(self.state, type_, reason, message)
-
     def cancelling(self) -> bool:
         """The cancel annotation is set (the Trial watch keeps the driver's body current) and no
         outcome has been decided yet."""
