@@ -8,6 +8,8 @@ import os
 from collections.abc import Mapping
 
 from shipyard.kube import local_defaults
+from shipyard.kube import network as kube_network
+from shipyard.plan.network import NetworkConfig, NetworkSettings
 from shipyard.plan.settings import IN_POD_ENV, OperatorSettings, with_cluster_defaults
 
 _settings: OperatorSettings | None = None
@@ -31,3 +33,9 @@ def load(environ: Mapping[str, str] | None = None) -> OperatorSettings:
 
 def current() -> OperatorSettings:
     return _settings if _settings is not None else load()
+
+
+def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
+    """The operator's network settings against what this cluster serves (cached lookups)."""
+    return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
+                          kube_network.apiserver_addresses())

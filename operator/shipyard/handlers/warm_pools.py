@@ -40,7 +40,7 @@ from shipyard.kube import objects
 from shipyard.kube import warm_pods as kube
 from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
-from shipyard.plan.network import NetworkConfig, NetworkSettings
+from shipyard.plan.network import NetworkSettings
 from shipyard.plan.phases import PlanError, TrialPlan, build_plan, check_runnable
 from shipyard.plan.settings import OperatorSettings
 from shipyard.plan.warm import claims_warm_pod, pool_trial
@@ -53,13 +53,11 @@ IDLE_WAIT = 30.0
 CLAIM_TRIES = 5
 """Candidates a trial tries (each a 409 when another trial got it first) before it creates its
 own pod."""
+STARTUP_SEC = 30.0
+"""After the operator starts, every trial looks for a pod of its own before it claims or
+creates one (an operator restarted between a claim and its record), pools known or not."""
 log = logging.getLogger("shipyard.warm")
-
-
-def cluster_network_settings(config_: NetworkConfig) -> NetworkSettings:
-    """The operator's network settings against what this cluster serves (cached lookups)."""
-    return config_.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
-                           kube_network.apiserver_addresses())
+_loaded_at = time.monotonic()
 
 
 # ---------------------------------------------------------------- claims (a trial's side)
@@ -81,7 +79,8 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
         return None
     namespace, uid = meta["namespace"], meta.get("uid") or ""
     started = ((trial.get("status") or {}).get("phase") or "Pending") != "Pending"
-    if not started and not any(ns == namespace for ns, _ in list(_pools)):
+    just_up = time.monotonic() - _loaded_at < STARTUP_SEC  # the pool watch may not have told
+    if not (started or just_up) and not any(ns == namespace for ns, _ in list(_pools)):
         return None  # a fresh trial, no pool in the namespace (as the watch tells): no call
     for pod in kube.trial_env_pods(namespace, label_value(meta["name"])):
         # Made before an operator restart: a pod it claimed is its pod again; one it created
@@ -245,7 +244,8 @@ class PoolDriver:
                 return f"{decision.reason}: {decision.message}"
             if not isinstance(decision, ImagesReady):
                 return f"waiting for the task's image: {decision.message}"
-            network = await asyncio.to_thread(cluster_network_settings, self.settings.network)
+            network = await asyncio.to_thread(config.cluster_network_settings,
+                                              self.settings.network)
             nodes = node_capacities(await asyncio.to_thread(kube_nodes.allocatable))
             plan = build_plan(task, spec, self.settings.task_env, network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
