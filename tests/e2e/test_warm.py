@@ -59,21 +59,25 @@ def test_warm_pool_apply_trial_reward_each_pod_once_no_secret_before_claim(clust
     shipyard.core.create_namespaced_secret(shipyard.namespace, {
         "metadata": {"name": "warm-key"}, "stringData": {"WARM_API_KEY": value}})
     shipyard.task("warm", task_files(REWARD, solve_sh="echo ok > /app/out.txt\n"))
+    agent = {"name": "command", "command": 'test -n "$WARM_API_KEY" && echo ok > /app/out.txt',
+             "envFrom": [{"secretRef": {"name": "warm-key"}}]}
     pool(shipyard, "warm-pool", "warm", 2)
+    pool(shipyard, "secret-pool", "warm", 1, agent=agent)  # pods for trials with Secrets
     wait_ready(shipyard, "warm-pool", 2)
+    wait_ready(shipyard, "secret-pool", 1)
     printed = cluster.kubectl_run("-n", shipyard.namespace, "get", "warmpools").stdout
     assert "warm-pool" in printed and "READY" in printed and "CLAIMED" in printed
-    warm = pods_of(shipyard, "warm-pool")
-    assert len(warm) == 2
+    warm = pods_of(shipyard, "warm-pool") + pods_of(shipyard, "secret-pool")
+    assert len(warm) == 3
     for p in warm:  # no Secret volume, no agent env: nothing of a trial before its claim
         spec = str(p.spec.to_dict())
         assert "secret_name" not in spec.replace("'secret_name': None", "")
         assert value not in spec and "warm-key" not in spec
         assert p.metadata.labels["shipyard.dev/trial"] == ""
         assert "shipyard.dev/network" not in p.metadata.labels
+    assert [c.name for c in pods_of(shipyard, "secret-pool")[0].spec.containers] == [
+        "main", "secrets"]
     names = {p.metadata.name for p in warm}
-    agent = {"name": "command", "command": 'test -n "$WARM_API_KEY" && echo ok > /app/out.txt',
-             "envFrom": [{"secretRef": {"name": "warm-key"}}]}
     shipyard.trial("warm-secret", "warm", agent)
     shipyard.trial("warm-oracle", "warm")
     shipyard.trial("warm-nop", "warm", {"name": "nop"})
@@ -84,7 +88,8 @@ def test_warm_pool_apply_trial_reward_each_pod_once_no_secret_before_claim(clust
         claimed[name] = warm_pod_of(trial)
     assert value not in str(shipyard.get("trials", "warm-secret"))
     used = [p for p in claimed.values() if p]
-    assert len(used) == len(set(used)) >= 2, claimed  # two warm pods, each used once
+    assert len(used) == len(set(used)) == 3, claimed  # three warm pods, each used once
+    assert "secret-pool" in claimed["warm-secret"]
     assert set(used) <= names | {p.metadata.name for p in pods_of(shipyard, "warm-pool")}
     reasons = {e.reason for n in claimed for e in shipyard.events(n)}
     assert "WarmPodClaimed" in reasons

@@ -49,11 +49,15 @@ def test_the_warm_spec_has_no_secret_and_is_the_same_for_every_trial_of_the_fit(
     plan, secret_plan = plan_for(), plan_for(**SECRETS)
     a = warm_spec(trial_body("a"), plan, None)
     b = warm_spec(trial_body("b-other-name"), secret_plan, None)
-    assert a == b and warm_key(a) == warm_key(b)
-    assert not any("secret" in v for v in a["volumes"])
-    assert [c["name"] for c in a["containers"]] == ["main", "secrets"]
-    text = str(a)
+    assert warm_spec(trial_body("b"), plan, None) == a  # nothing of the trial's name
+    assert [c["name"] for c in a["containers"]] == ["main"]  # no Secrets: no secrets container
+    assert [c["name"] for c in b["containers"]] == ["main", "secrets"]
+    assert warm_key(a) != warm_key(b)
+    assert not any("secret" in v for v in b["volumes"])
+    text = str(b)
     assert "openai" not in text and "/run/shipyard-secrets/0" not in text
+    other = {"agent": {"name": "nop", "envFrom": [{"secretRef": {"name": "anthropic"}}]}}
+    assert warm_key(warm_spec(trial_body("c"), plan_for(**other), None)) == warm_key(b)
     # a pool's Trial renders the same pod as the trials it serves
     assert warm_key(warm_spec(pool_trial(POOL), plan, None)) == warm_key(a)
 

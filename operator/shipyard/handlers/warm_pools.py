@@ -53,6 +53,9 @@ IDLE_WAIT = 30.0
 CLAIM_TRIES = 5
 """Candidates a trial tries (each a 409 when another trial got it first) before it creates its
 own pod."""
+BATCH_SEC = 0.2
+"""A pool's pass waits this long after a wake, so that a burst of its pods' events (a pod
+starting changes several times) is one pass, one list."""
 STARTUP_SEC = 30.0
 """After the operator starts, every trial looks for a pod of its own before it claims or
 creates one (an operator restarted between a claim and its record), pools known or not."""
@@ -177,6 +180,7 @@ async def run_pool(index: PoolIndex, namespace: str, name: str,
             wait = 5.0
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(index.event.wait(), wait)
+        await asyncio.sleep(BATCH_SEC)  # a burst of pod events: one pass
         index.event.clear()
 
 

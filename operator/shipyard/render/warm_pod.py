@@ -18,28 +18,26 @@ from shipyard.api.conventions import (
     LABEL_WARM_KEY,
     LABEL_WARM_POOL,
     MANAGED_BY,
-    SECRETS_CONTAINER,
     Component,
     Role,
     label_value,
     warm_pod_prefix,
 )
 from shipyard.plan.phases import TrialPlan
-from shipyard.render.pod import build_trial_pod, owner_reference, secrets_container, trial_labels
+from shipyard.render.pod import build_trial_pod, owner_reference, trial_labels
 
 
 def warm_spec(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None) -> dict[str, Any]:
     """The environment pod's spec as a warm pod has it: without the agent's Secret volumes
-    (delivered at the claim, `kube.warm_pods.deliver_secrets`), with the `secrets` container
-    whether or not this trial has Secrets (so trials with and without share pods)."""
+    (delivered at the claim, `kube.warm_pods.deliver_secrets`). The `secrets` container stays
+    where the trial has Secrets (a pod without is one container start cheaper): trials with
+    and without Secrets have different keys."""
     spec = copy.deepcopy(build_trial_pod(trial, plan, Role.ENV, None, "warm", probe_image)["spec"])
     secret_volumes = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
     spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in secret_volumes]
     for c in [*spec.get("initContainers", []), *spec["containers"]]:
         c["volumeMounts"] = [m for m in c.get("volumeMounts", [])
                              if m["name"] not in secret_volumes]
-    if not any(c["name"] == SECRETS_CONTAINER for c in spec["containers"]):
-        spec["containers"].insert(1, secrets_container(plan.environment, ())[0])
     return spec
 
 
