@@ -161,6 +161,8 @@ LOCAL_BUILD_ENV = {
     "SHIPYARD_BUILDKIT_ADDR": "tcp://127.0.0.1:1234",
     "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    # Sweeps keep warm pods (docs/warm-pods.md; off by default): the sweep tests run with them.
+    "SHIPYARD_SWEEP_WARM_PODS": "8",
     # The probe container for trials with long timeouts (the local cluster's busybox).
     "SHIPYARD_PROBE_IMAGE": LOCAL_PROBE_IMAGE,
 }

@@ -50,8 +50,10 @@ LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
 probe image is opted into, so that no cluster gets pods of an image it cannot pull."""
 SWEEP_STATUS_INTERVAL_ENV = "SHIPYARD_SWEEP_STATUS_INTERVAL_SEC"
 SWEEP_WARM_PODS_ENV = "SHIPYARD_SWEEP_WARM_PODS"
-SWEEP_WARM_PODS = 8
-"""At most this many warm pods a Sweep keeps per task (`plan.warm`); 0 turns them off."""
+SWEEP_WARM_PODS = 0
+"""At most this many warm pods a Sweep keeps per task (`plan.warm`); 0 (the default) turns
+them off: on the shared 2-core node a Sweep of trivial trials ran slower with them (its pod
+starts are the node's limit, and warm pods add their own; bench/README.md, "Warm pods")."""
 METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
 METRICS_PORT = 8081
 """The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
