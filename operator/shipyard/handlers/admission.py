@@ -103,6 +103,12 @@ class KueueGate:
                 workload = await d.call(kube_workloads.create_workload, body)
                 _workloads[(d.namespace, self.name)] = workload
                 state = admission.workload_state(workload)
+            if isinstance(state, admission.Deleting):  # wait for it to be gone, then again
+                if d.cancelling():
+                    return False
+                if not await d.waker.wait(admission.QUEUE_POLL_SEC):
+                    force = True
+                continue
             if isinstance(state, admission.Evicted):  # before it ever ran: queue again
                 await self.preempt(plan, state)
                 force = True
@@ -138,16 +144,10 @@ class KueueGate:
         with pods, deleted by someone else). Read from the Workload, not from what this driver
         saw: a driver started again after a crash knows it too."""
         seen, body = self._cached()
-        if not seen:
-            return None
-        if body is None:
-            status = self.driver.status
-            if self.admitted_name == self.name or status.pod_name or status.verifier_pod_name:
-                return admission.Evicted("WorkloadDeleted",
-                                         f"the Workload {self.name} was deleted")
-            return None
-        state = admission.workload_state(body)
-        return state if isinstance(state, admission.Evicted) else None
+        status = self.driver.status
+        return admission.eviction(body, seen, self.admitted_name == self.name
+                                  or bool(status.pod_name or status.verifier_pod_name),
+                                  self.name)
 
     async def preempt(self, plan: TrialPlan, state: admission.Evicted) -> None:
         """Record the attempt (status first), stop its pods, release its Workload."""
