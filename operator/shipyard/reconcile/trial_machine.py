@@ -41,7 +41,7 @@ from shipyard.plan.phases import (
     PhaseSpec,
     PodPlan,
     TrialPlan,
-    log_key,
+    log_file_key,
     pod_requests_of,
     trajectory_key,
 )
@@ -303,7 +303,7 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
     logs: dict[str, str] = {}
     if rec is not None and plan is not None and stopped is not None and stopped.done:
         spec = plan.phase(rec.id or rec.name)
-        logs = _logs(spec, stopped, plan.log_key_bytes)
+        logs = _logs(spec, stopped, plan)
         rec.exit_code = stopped.exit_code
     status, outcome = fail(status, Reason.CANCELLED,
                            f"cancelled by the {CANCEL_ANNOTATION} annotation{where}", now,
@@ -432,7 +432,7 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     rec.exit_code = result.exit_code
     rec.timed_out = result.timed_out
     rec.state = "Succeeded"
-    outcome = Outcome(logs=_logs(spec, result, plan.log_key_bytes))
+    outcome = Outcome(logs=_logs(spec, result, plan))
     runner_failed = result.exit_code == 126 and "shipyard runner:" in result.output
     step = step_record(status, spec.step)
     if step is not None and step.state == "Pending":
@@ -647,14 +647,18 @@ def _advance(status: TrialStatus) -> None:
         nxt.state = "Running"
 
 
-def _logs(spec: PhaseSpec, result: PhaseStatus, limit: int) -> dict[str, str]:
+def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, str]:
+    """The phase's log files for the logs ConfigMap: its log, and a verifier's reports when
+    the test script wrote them (a JSON report only whole)."""
     from shipyard.render.pod import truncate_log
 
     logs = {}
-    for path in spec.log_files:
+    for i, path in enumerate(spec.log_files):
         f = result.files.get(path)
-        if f is not None:
-            logs[log_key(spec)] = truncate_log(f.text(), f.size, limit)
+        limit = plan.log_key_bytes if i == 0 else plan.report_key_bytes
+        if f is None or (path.endswith(".json") and (f.truncated or f.size > limit)):
+            continue
+        logs[log_file_key(spec, path)] = truncate_log(f.text(), f.size, limit)
     return logs
 
 
