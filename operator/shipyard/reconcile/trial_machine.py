@@ -42,6 +42,7 @@ from shipyard.plan.phases import (
     PodPlan,
     TrialPlan,
     log_file_key,
+    log_key,
     pod_requests_of,
     trajectory_key,
 )
@@ -653,12 +654,20 @@ def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, st
     from shipyard.render.pod import truncate_log
 
     logs = {}
+    notes = result.runner_notes  # what the runner ended after the phase, with its log
     for i, path in enumerate(spec.log_files):
         f = result.files.get(path)
-        limit = plan.log_key_bytes if i == 0 else plan.report_key_bytes
-        if f is None or (path.endswith(".json") and (f.truncated or f.size > limit)):
+        if i == 0:
+            if f is not None:
+                logs[log_key(spec)] = truncate_log(f.text(), f.size,
+                                                   max(1, plan.log_key_bytes - len(notes)))
             continue
-        logs[log_file_key(spec, path)] = truncate_log(f.text(), f.size, limit)
+        if f is None or (path.endswith(".json") and (f.truncated
+                                                     or f.size > plan.report_key_bytes)):
+            continue
+        logs[log_file_key(spec, path)] = truncate_log(f.text(), f.size, plan.report_key_bytes)
+    if notes and spec.log_files:
+        logs[log_key(spec)] = logs.get(log_key(spec), "") + notes
     return logs
 
 
