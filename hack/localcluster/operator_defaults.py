@@ -11,6 +11,7 @@ import subprocess
 
 from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY
 from layout import IMAGE_BUSYBOX, Layout
+from pki import buildkit_pki
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
 
@@ -19,6 +20,8 @@ DEFAULTS = {
     "SHIPYARD_BUILD_REGISTRY": f"{REGISTRY}/shipyard-local",
     "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
     "SHIPYARD_BUILDKIT_ADDR": BUILDKIT_ADDR,
+    # buildkitd's CA and the build Jobs' client certificate (pki.ensure_buildkit_pki).
+    "SHIPYARD_BUILDKIT_TLS_DIR": str(buildkit_pki(Layout.default().pki) / "client-secret"),
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,

@@ -159,6 +159,10 @@ LOCAL_BUILD_ENV = {
     "SHIPYARD_BUILD_REGISTRY": f"{LOCAL_REGISTRY}/shipyard-tests",
     "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
     "SHIPYARD_BUILDKIT_ADDR": "tcp://127.0.0.1:1234",
+    # buildkitd takes only clients with this certificate (mTLS; hack/localcluster/pki.py).
+    "SHIPYARD_BUILDKIT_TLS_DIR": os.environ.get(
+        "SHIPYARD_LOCALCLUSTER_DIR", "/var/lib/shipyard-localcluster")
+    + "/pki/buildkit/client-secret",
     "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     # The probe container for trials with long timeouts (the local cluster's busybox).
