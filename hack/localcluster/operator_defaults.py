@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 
+from buildnet import BUILD_CIDR
 from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY
-from layout import IMAGE_BUSYBOX, Layout
+from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
 from pki import buildkit_pki
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
@@ -25,6 +26,10 @@ DEFAULTS = {
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
+    # What `public` trial pods must not reach beyond what the cluster's API tells (the node's
+    # address and the Service CIDR): the pod CIDR (no node podCIDR here) and the build
+    # network, whose gateway is one more host address the apiserver answers on.
+    "SHIPYARD_CLUSTER_CIDRS": f"{POD_CIDR},{BUILD_CIDR}",
 }
 
 

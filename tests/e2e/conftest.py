@@ -165,6 +165,9 @@ LOCAL_BUILD_ENV = {
     + "/pki/buildkit/client-secret",
     "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    # The local cluster's pod CIDR and build network (hack/localcluster/operator_defaults.py):
+    # `public` trial pods are kept out of them.
+    "SHIPYARD_CLUSTER_CIDRS": "10.88.0.0/16,10.89.0.0/16",
     # The probe container for trials with long timeouts (the local cluster's busybox).
     "SHIPYARD_PROBE_IMAGE": LOCAL_PROBE_IMAGE,
 }

@@ -4,8 +4,9 @@
   and egress. It is what holds under `no-network` (DNS included).
 * `<trial>-net-<key>`: per distinct policy the trial uses, a NetworkPolicy selecting the trial's
   pods whose `shipyard.dev/network` label is `<key>`:
-  - `public`: egress anywhere (any address and every pod) except the blocked ranges (the cloud
-    metadata servers by default), plus DNS;
+  - `public`: egress anywhere except the blocked ranges (the metadata servers, and by default
+    every address of the cluster itself: the apiserver's, the nodes', the pod and Service
+    CIDRs), to the pods of the trial's own namespace, plus DNS;
   - `allowlist-…`: DNS to the cluster DNS, plus TCP to the IP and CIDR entries as `ipBlock`s
     (Harbor's egress control rejects every other protocol under a restricted mode).
 * `<trial>-fqdn-<key>`: for an allowlist with hostname or `*.` wildcard entries, a GKE
@@ -134,7 +135,12 @@ def _public_rule(settings: NetworkSettings) -> dict[str, Any]:
         if excepted:
             block["except"] = excepted
         peers.append({"ipBlock": block})
-    peers.append({"namespaceSelector": {}})  # every pod, wherever the CNI treats pod IPs
+    if settings.block_cluster:
+        # The cluster's ranges are excepted above; pods of the trial's own namespace (a model
+        # server, a test fixture) stay reachable by selector. Trial pods take no ingress.
+        peers.append({"podSelector": {}})
+    else:
+        peers.append({"namespaceSelector": {}})  # every pod, wherever the CNI treats pod IPs
     return {"to": peers}
 
 
