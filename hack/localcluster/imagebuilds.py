@@ -311,6 +311,19 @@ def buildctl(layout: Layout) -> str:
     return str(buildkit_dir(layout) / "buildctl")
 
 
+def client_tls_dir(layout: Layout) -> Path:
+    """The build Jobs' certificate, key and CA, named as in a TLS Secret
+    (SHIPYARD_BUILDKIT_TLS_DIR)."""
+    return buildkit_pki(layout.pki) / "client-secret"
+
+
+def tcp_client_args(layout: Layout) -> list[str]:
+    """buildctl's global flags for buildkitd's TCP address (mutual TLS)."""
+    d = client_tls_dir(layout)
+    return ["--addr", BUILDKIT_ADDR, "--tlscacert", str(d / "ca.crt"),
+            "--tlscert", str(d / "tls.crt"), "--tlskey", str(d / "tls.key")]
+
+
 # ---------------------------------------------------------------- health
 
 

@@ -10,9 +10,8 @@ import json
 import subprocess
 
 from buildnet import BUILD_CIDR
-from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY
+from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, client_tls_dir
 from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
-from pki import buildkit_pki
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
 
@@ -22,7 +21,7 @@ DEFAULTS = {
     "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
     "SHIPYARD_BUILDKIT_ADDR": BUILDKIT_ADDR,
     # buildkitd's CA and the build Jobs' client certificate (pki.ensure_buildkit_pki).
-    "SHIPYARD_BUILDKIT_TLS_DIR": str(buildkit_pki(Layout.default().pki) / "client-secret"),
+    "SHIPYARD_BUILDKIT_TLS_DIR": str(client_tls_dir(Layout.default())),
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
