@@ -11,6 +11,7 @@ Debian archive.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import ssl
@@ -218,3 +219,16 @@ def test_buildkitd_takes_only_clients_with_the_build_jobs_certificate(
             assert secret.metadata.name in mounts
         else:
             assert secret.metadata.name not in mounts, pod.metadata.name
+    # The key is nowhere else: not in a ConfigMap, an Event, a status or the build's log,
+    # neither as PEM nor base64.
+    key = (LOCALCLUSTER / "pki" / "buildkit" / "client-secret" / "tls.key").read_text()
+    body = "".join(key.splitlines()[1:-1])
+    needles = [body[40:100], base64.b64encode(key.encode()).decode()[40:100]]
+    seen = [json.dumps(cm.data or {}) + json.dumps(cm.binary_data or {})
+            for cm in shipyard.core.list_namespaced_config_map(namespace).items]
+    seen += [f"{e.message}" for e in shipyard.core.list_namespaced_event(namespace).items]
+    seen += [json.dumps(shipyard.get(plural, name).get("status"))
+             for plural, name in (("tasks", "tls"), ("trials", "tls-oracle"),
+                                  ("imagebuilds", job.metadata.name))]
+    seen.append(build_log(shipyard, batch_v1, namespace))
+    assert not [text for text in seen for n in needles if n in text]
