@@ -249,11 +249,15 @@ def write_configs(layout: Layout) -> None:
         "  delete: {enabled: true}\n"
         f"http: {{addr: '{REGISTRY}'}}\n"
     )
+    buildkitd_config(layout).write_text(_buildkitd_config_text(layout))
+
+
+def _buildkitd_config_text(layout: Layout) -> str:
     mirrors = "".join(
         f'[registry."{host}"]\n  mirrors = ["{mirror}"]\n' for host, mirror in MIRRORS.items()
     )
     tls = buildkit_pki(layout.pki)
-    buildkitd_config(layout).write_text(
+    return (
         f'root = "{layout.state / "buildkit"}"\n'
         "[grpc]\n"
         f'  address = ["unix://{buildkit_sock(layout)}", "{BUILDKIT_ADDR}"]\n'

@@ -413,7 +413,8 @@ def up() -> int:
 
 def update_in_place(layout: Layout) -> bool:
     """A running cluster whose components' command lines changed since it started (for example
-    a component was added): restart or start just those, keeping etcd, containerd and the pods.
+    a component was added), or whose buildkitd configuration did: restart or start just those,
+    keeping etcd, containerd and the pods.
     True when the cluster runs as configured now (or was brought there); False when it needs a
     full start (nothing runs, or etcd/containerd are not as configured)."""
     pids = read_pids(layout)
