@@ -395,14 +395,16 @@ def phases_by_description(plans: Mapping[str | None, Any]) -> dict[str, NetworkP
     return out
 
 
-def with_model_access(network: TrialNetwork, peer: ModelPeer) -> TrialNetwork:
+def with_model_access(network: TrialNetwork, peer: ModelPeer,
+                      public_reaches_pods: bool = True) -> TrialNetwork:
     """`network` with every agent phase also allowed to `peer`, whatever the task's network
-    mode (`public` already reaches every pod, so it is left as is)."""
+    mode (`public` is left as is when it reaches every pod: SHIPYARD_BLOCK_CLUSTER_EGRESS
+    false)."""
     model_policies: dict[str, NetworkPolicy] = {}
     steps = {}
     for step, plan in network.steps.items():
         policy = network.policies[plan.agent]
-        if policy.mode == "public":
+        if policy.mode == "public" and public_reaches_pods:
             steps[step] = plan
             continue
         key = plan.agent + MODEL_KEY_SUFFIX

@@ -536,7 +536,8 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
     if installed is not None and endpoint is not None:
         net = with_model_access(net, ModelPeer(
             pod_selector=tuple(sorted(endpoint.pod_selector.items())),
-            namespace=endpoint.namespace, port=endpoint.port))
+            namespace=endpoint.namespace, port=endpoint.port),
+            public_reaches_pods=not settings.block_cluster)
     return net
 
 
