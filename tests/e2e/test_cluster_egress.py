@@ -176,3 +176,52 @@ def test_a_public_agent_reaches_outside_but_nothing_of_the_cluster(
     assert {t: seen.pop(t) for t in allowed} == dict.fromkeys(allowed, "reached"), seen
     assert seen == dict.fromkeys(targets, "blocked"), seen
     assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_a_task_cannot_allowlist_the_apiserver_the_nodes_or_the_metadata_address(
+        shipyard, core_v1):
+    """A malicious task names what trial pods never reach in its allowlist: refused before any
+    pod starts, naming the entry."""
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    node = next(a.address for a in core_v1.read_node("localhost").status.addresses
+                if a.type == "InternalIP")
+    for i, entry in enumerate((service, node, "169.254.169.254")):
+        files = probe_task([], None)
+        files["task.toml"] = files["task.toml"].replace(
+            "[environment]\n",
+            f'[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["{entry}"]\n')
+        shipyard.task(f"open-{i}", files)
+        shipyard.trial(f"open-{i}", f"open-{i}")
+    for i, entry in enumerate((service, node, "169.254.169.254")):
+        trial = shipyard.wait(f"open-{i}", timeout=120)
+        failed = next(c for c in trial["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "NetworkPolicyUnenforceable", failed
+        assert entry in failed["message"] and "never reach" in failed["message"], failed
+        assert not trial["status"].get("podName"), trial["status"]
+
+
+def test_an_allowlist_of_everything_still_excepts_the_apiserver_and_the_nodes(
+        shipyard, core_v1, outside):
+    """`allowed_hosts = ["0.0.0.0/0"]`: the outside is reached, the apiserver on its Service
+    IP, endpoint and node address is not."""
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    nodes = [a.address for a in core_v1.read_node("localhost").status.addresses
+             if a.type == "InternalIP"]
+    targets = sorted({f"{a.ip}:{p.port}" for s in endpoints.subsets for a in s.addresses
+                      for p in s.ports} | {f"{service}:443"} | {f"{n}:6443" for n in nodes})
+    files = probe_task([outside], "nobody")
+    files["task.toml"] = files["task.toml"].replace(
+        "[environment]\n", '[environment]\nnetwork_mode = "allowlist"\n'
+                           'allowed_hosts = ["0.0.0.0/0"]\n')
+    shipyard.task("everything", files)
+    shipyard.trial("everything", "everything", agent([*targets, outside]))
+    trial = shipyard.wait("everything", timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    shipyard.namespace).data
+    assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+    seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                           if line.startswith("{")))
+    assert seen.pop(outside) == "reached", seen
+    assert seen == dict.fromkeys(targets, "blocked"), seen
+    assert trial["status"]["rewards"]["reward"] == 1.0

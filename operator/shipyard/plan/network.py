@@ -138,6 +138,39 @@ class PhasePolicies:
         return self.by_key.items()
 
 
+def check_never_reached(phases: Mapping[str, NetworkPolicy], never: Iterable[str]) -> None:
+    """Raise `UnenforceablePolicy` for allowlist IP/CIDR entries that lie inside a range trial
+    pods never reach (the metadata servers, the apiserver): a task cannot open them. Entries
+    that merely contain such a range are kept, with the range excepted (`never_excepts`)."""
+    never_nets = [ip_network(c) for c in never]
+    problems: list[str] = []
+    entries: list[str] = []
+    for phase, policy in phases.items():
+        if policy.mode != "allowlist":
+            continue
+        for entry in ip_entries(policy):
+            net = ip_network(cidr_of(entry), strict=False)
+            inside = next((n for n in never_nets
+                           if n.version == net.version and net.subnet_of(n)), None)  # type: ignore[arg-type]
+            if inside is not None:
+                problems.append(f"{phase}: {entry} (in {inside.compressed})")
+                if entry not in entries:
+                    entries.append(entry)
+    if problems:
+        raise UnenforceablePolicy(
+            "allowed_hosts: trial pods never reach the metadata servers, the apiserver or the "
+            "nodes (SHIPYARD_BLOCKED_EGRESS_CIDRS, SHIPYARD_BLOCK_APISERVER, "
+            f"SHIPYARD_BLOCK_CLUSTER_EGRESS); refusing "
+            f"{'; '.join(problems)}", entries)
+
+
+def never_excepts(cidr: str, never: Iterable[str]) -> list[str]:
+    """The never-reached ranges inside an allowlist's `cidr`, for its ipBlock's `except`."""
+    net = ip_network(cidr, strict=False)
+    return [n for n in never if ip_network(n).version == net.version
+            and ip_network(n) != net and ip_network(n).subnet_of(net)]  # type: ignore[arg-type]
+
+
 def check_enforceable(phases: Mapping[str, NetworkPolicy], backend: FqdnBackend) -> None:
     """Raise `UnenforceablePolicy` naming every hostname entry when there is no FQDN backend.
 
@@ -175,6 +208,11 @@ class NetworkSettings:
     block_cluster: bool = False
     """`public` pods reach no pod outside their own namespace (the cluster's ranges are in
     `blocked_cidrs`); False: every pod, as before SHIPYARD_BLOCK_CLUSTER_EGRESS."""
+    never_cidrs: tuple[str, ...] = DEFAULT_BLOCKED_CIDRS
+    """Never reached, not even by a task's allowlist: the metadata servers (the configured
+    blocked ranges), the apiserver's addresses and, kept out of the cluster, the nodes'. (An
+    allowlist may name pods, e.g. a model server: the pod and Service ranges are `public`'s
+    exceptions only.)"""
 
     def keeps(self, cidr: str) -> bool:
         """Whether rules for `cidr` are rendered (IPv6 blocks are left out on IPv4-only
@@ -261,11 +299,15 @@ class NetworkConfig:
         blocked = self.blocked_cidrs
         if self.block_apiserver or self.block_cluster:
             blocked += tuple(c for c in _host_cidrs(apiserver) if c not in blocked)
-        if self.block_cluster:
+        never = blocked
+        if self.block_cluster:  # the nodes' own addresses (a self-hosted apiserver's too)
+            never += tuple(c for c in _host_cidrs([a for a in cluster if "/" not in a])
+                           if c not in never)
             for c in self.cluster_cidrs + _host_cidrs(cluster):
                 if c not in blocked:
                     blocked += (c,)
-        return NetworkSettings(backend, blocked, self.dns_cidrs, families, self.block_cluster)
+        return NetworkSettings(backend, blocked, self.dns_cidrs, families, self.block_cluster,
+                               never)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

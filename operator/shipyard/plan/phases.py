@@ -52,6 +52,7 @@ from shipyard.plan.network import (
     TrialNetwork,
     UnenforceablePolicy,
     check_enforceable,
+    check_never_reached,
     phases_by_description,
     trial_network,
     with_model_access,
@@ -520,6 +521,7 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
             ) from e
     try:
         check_enforceable(phases_by_description(plans), settings.fqdn_backend)
+        check_never_reached(phases_by_description(plans), settings.never_cidrs)
     except UnenforceablePolicy as e:
         raise PlanError(Reason.NETWORK_POLICY_UNENFORCEABLE, e.message) from e
     if installed is not None and not installed.bundled:

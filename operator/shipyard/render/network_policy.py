@@ -43,6 +43,7 @@ from shipyard.plan.network import (
     cidr_of,
     hostname_entries,
     ip_entries,
+    never_excepts,
     policy_key,
 )
 from shipyard.render.pod import owner_reference, trial_labels
@@ -180,9 +181,19 @@ def _allow_egress(policy: NetworkPolicy, settings: NetworkSettings) -> list[dict
         blocks = [cidr_of(e) for e in ip_entries(policy)]
         blocks = [c for c in blocks if settings.keeps(c)]
         if blocks:  # TCP only: Harbor's egress control rejects all non-TCP (UDP, QUIC)
-            egress.append({"to": [{"ipBlock": {"cidr": c}} for c in blocks],
+            egress.append({"to": [_ip_block(c, settings) for c in blocks],
                            "ports": [{"protocol": "TCP"}]})
     return egress
+
+
+def _ip_block(cidr: str, settings: NetworkSettings) -> dict[str, Any]:
+    """An allowlist's range, less the never-reached ranges inside it (the plan refuses an entry
+    that lies wholly inside one: `check_never_reached`)."""
+    block: dict[str, Any] = {"cidr": cidr}
+    excepted = [c for c in never_excepts(cidr, settings.never_cidrs) if settings.keeps(c)]
+    if excepted:
+        block["except"] = excepted
+    return {"ipBlock": block}
 
 
 def _allow_object(trial: dict[str, Any], policy: NetworkPolicy, key: str | None,

@@ -190,3 +190,15 @@ def test_public_is_kept_out_of_the_clusters_ranges_by_default_with_an_opt_out() 
         settings_from_env({"SHIPYARD_CLUSTER_CIDRS": "10.89.0.0/33"})
     with pytest.raises(ValueError, match="SHIPYARD_BLOCK_CLUSTER_EGRESS"):
         settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "perhaps"})
+
+
+def test_node_addresses_are_never_reached_but_pod_ranges_may_be_allowlisted() -> None:
+    from shipyard.plan.network import settings_from_env
+
+    settings = settings_from_env({}, apiserver={"10.96.0.1"},
+                                 cluster={"192.0.2.2", "10.88.0.0/16", "10.96.0.0/12"})
+    assert "192.0.2.2/32" in settings.never_cidrs and "10.96.0.1/32" in settings.never_cidrs
+    assert "10.88.0.0/16" not in settings.never_cidrs  # a model server's pod IP may be named
+    opted_out = settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "false"},
+                                  apiserver={"10.96.0.1"}, cluster={"192.0.2.2"})
+    assert "192.0.2.2/32" not in opted_out.never_cidrs
