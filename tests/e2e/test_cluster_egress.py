@@ -225,3 +225,29 @@ def test_an_allowlist_of_everything_still_excepts_the_apiserver_and_the_nodes(
     assert seen.pop(outside) == "reached", seen
     assert seen == dict.fromkeys(targets, "blocked"), seen
     assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_a_separate_verifier_pod_is_kept_out_of_the_cluster_too(
+        shipyard, core_v1, namespace, other_namespace, outside):
+    """The task's own code in a verifier pod of its own (`environment_mode = "separate"`),
+    public: the same picture as for an agent."""
+    other_ip = http_pod(core_v1, other_namespace, "web")
+    targets = cluster_targets(core_v1, other_namespace, other_ip)
+    files = probe_task([outside], None)
+    files["task.toml"] = files["task.toml"].replace(
+        "[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    files["tests/probe.py"] = PROBE
+    files["tests/test.sh"] = (f"#!/bin/bash\npython3 /tests/probe.py {' '.join(targets)} "
+                              f"{outside} > /tmp/observed.json\n"
+                              + TEST_SH.format(allowed=outside).split("\n", 1)[1])
+    shipyard.task("separate", files)
+    shipyard.trial("separate", "separate", {"name": "nop"})
+    trial = shipyard.wait("separate", timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    namespace).data
+    assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+    seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                           if line.startswith("{")))
+    assert seen.pop(outside) == "reached", seen
+    assert seen == dict.fromkeys(targets, "blocked"), seen
+    assert trial["status"]["rewards"]["reward"] == 1.0
