@@ -599,7 +599,7 @@ def clean_host(layout: Layout) -> None:
             for d in sorted(found, key=lambda p: -len(p.parts)):
                 _rmdir(d)
     # A fresh etcd and kubelet state for the next `up`; certificates and images are kept.
-    for d in ("etcd", "kubelet", "kubelet-pki", "cni/ipam"):
+    for d in ("etcd", "kubelet", "kubelet-pki", "cni/ipam", "buildkit-cni/ipam"):
         shutil.rmtree(layout.state / d, ignore_errors=True)
 
 
