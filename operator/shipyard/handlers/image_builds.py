@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -54,9 +55,11 @@ from shipyard.plan.images import (
 from shipyard.reconcile import image_build as machine
 from shipyard.render.build_job import (
     BUILD_CONTAINER,
+    TLS_KEYS,
     build_context_configmaps,
     build_image_build,
     build_job,
+    build_tls_secret,
     context_parts,
 )
 from shipyard.taskformat import LoadedTask
@@ -285,9 +288,30 @@ def reconcile_build(build: dict[str, Any]) -> tuple[ImageBuildStatus, float | No
         status = machine.on_probe(status, digest, now_iso())
         if machine.is_terminal(status):
             return status, None
-        kube_builds.create_job(build_job(build, settings))
+        _create_job(build, settings)
         return machine.on_job_created(status, name, now_iso()), None
     return observe_build(build, status, spec, settings), None
+
+
+def _create_job(build: dict[str, Any], settings: ImageSettings) -> None:
+    """The build Job, with buildkitd's client certificate in a Secret of its own when
+    buildkitd is reached over mTLS (SHIPYARD_BUILDKIT_TLS_DIR)."""
+    secret = None
+    if settings.buildkit_tls_dir:
+        secret = build_tls_secret(build, read_tls_dir(settings.buildkit_tls_dir))
+    kube_builds.create_job(build_job(build, settings), secret)
+
+
+def read_tls_dir(path: str) -> dict[str, bytes]:
+    """The three files of SHIPYARD_BUILDKIT_TLS_DIR; ImageSettingError naming a missing one."""
+    files = {}
+    for key in TLS_KEYS:
+        try:
+            files[key] = (Path(path) / key).read_bytes()
+        except OSError as e:
+            raise ImageSettingError(f"SHIPYARD_BUILDKIT_TLS_DIR={path}: cannot read {key}: "
+                                    f"{e.strerror}") from None
+    return files
 
 
 def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBuildSpec,
@@ -304,7 +328,7 @@ def observe_build(build: dict[str, Any], status: ImageBuildStatus, spec: ImageBu
                                        machine.LOG_LINES)
         seen = machine.JobObservation(seen.state, seen.reason, log or seen.log_tail)
     if seen.state == "missing":  # deleted by hand: build again
-        kube_builds.create_job(build_job(build, settings))
+        _create_job(build, settings)
         return status
     digest = None
     if seen.state == "succeeded":

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from shipyard import __version__
 from shipyard.api.conventions import condition, iso, object_conditions
 from shipyard.api.models import GROUP, VERSION, TaskStatus
 from shipyard.api.reasons import Reason
@@ -35,12 +36,28 @@ async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name
 
 
 @kopf.on.resume(GROUP, VERSION, "tasks")
+async def resume_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """At operator start: a Task validated before on the same spec, version and settings is
+    not loaded again (a big bundle is decompressed once per content, not once per start)."""
+    if computed.already_validated(body.get("status"), body["metadata"].get("generation"),
+                                  validation_key(body)):
+        return
+    await validate_task(body, patch)
+
+
 @kopf.on.create(GROUP, VERSION, "tasks")
 @kopf.on.update(GROUP, VERSION, "tasks", field="spec")
 async def validate_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     with metrics.reconciling("task"):
         status, event = await task_status(body)
         await write_status(body, status, event)
+
+
+def validation_key(body: kopf.Body) -> str:
+    settings = config.current()
+    return computed.validation_key(
+        dict(body.get("spec") or {}), __version__,
+        f"{settings.images!r}/{bool(settings.scheduling.pod_defaults.image_pull_secrets)}")
 
 
 async def write_status(body: kopf.Body, status: TaskStatus, event: tuple[str, str, str]
@@ -71,15 +88,16 @@ async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]
     generation = body["metadata"].get("generation")
     previous = object_conditions(body)
     now = iso(datetime.now(UTC))
+    key = validation_key(body)
     try:
         task = await asyncio.to_thread(load_task, dict(body))
     except TaskUnavailable as e:
-        return computed.invalid(previous, generation, e.reason, e.message, now)
+        return computed.invalid(previous, generation, e.reason, e.message, now, key)
     verdicts = runnable.verdicts(
         task, bool(config.current().scheduling.pod_defaults.image_pull_secrets))
     refused = runnable.refused_message(verdicts)
     if refused is not None:  # it loads, but this operator will not run it: say so now
-        return computed.invalid(previous, generation, Reason.TASK_INVALID, refused, now)
+        return computed.invalid(previous, generation, Reason.TASK_INVALID, refused, now, key)
     status, event = computed.valid(previous, generation, task, now,
-                                   notes=[str(v) for v in verdicts])
+                                   notes=[str(v) for v in verdicts], key=key)
     return await ensure_task_images(dict(body), task, status), event

@@ -52,6 +52,7 @@ from shipyard.plan.network import (
     TrialNetwork,
     UnenforceablePolicy,
     check_enforceable,
+    check_never_reached,
     phases_by_description,
     trial_network,
     with_model_access,
@@ -530,6 +531,7 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
             ) from e
     try:
         check_enforceable(phases_by_description(plans), settings.fqdn_backend)
+        check_never_reached(phases_by_description(plans), settings.never_cidrs)
     except UnenforceablePolicy as e:
         raise PlanError(Reason.NETWORK_POLICY_UNENFORCEABLE, e.message) from e
     if installed is not None and not installed.bundled:
@@ -546,7 +548,8 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
     if installed is not None and endpoint is not None:
         net = with_model_access(net, ModelPeer(
             pod_selector=tuple(sorted(endpoint.pod_selector.items())),
-            namespace=endpoint.namespace, port=endpoint.port))
+            namespace=endpoint.namespace, port=endpoint.port),
+            public_reaches_pods=not settings.block_cluster)
     return net
 
 
