@@ -11,12 +11,12 @@ import kopf
 from shipyard.api.conventions import condition, iso, object_conditions
 from shipyard.api.models import GROUP, VERSION, TaskStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers import config, metrics
-from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
-from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
 from shipyard.kube import events as kube_events
 from shipyard.kube import objects
 from shipyard.reconcile import task_status as computed
+from shipyard.runtime import config, metrics
+from shipyard.runtime.images import ensure_task_images, refresh_task_images
+from shipyard.runtime.task_files import TaskUnavailable, load_task, remember
 from shipyard.taskformat import runnable
 
 RECHECK_SEC = 10.0

@@ -23,8 +23,6 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers.executor import execs
-from shipyard.handlers.pod_watch import TrialWaker
 from shipyard.kube import artifacts as kube_artifacts
 from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
@@ -63,6 +61,8 @@ from shipyard.render.pod import (
     runner_configmap_name,
     truncate_log,
 )
+from shipyard.runtime.executor import execs
+from shipyard.runtime.wake import Waiter
 
 ARTIFACT_LIMIT = ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES
 
@@ -71,7 +71,7 @@ class KubeTrialExecutor:
     """The executor of one trial's driver. `status` and `plan` are the driver's (read, never
     changed here); `gate` its Kueue gate; `drop_wait` says when a waiting exec is dropped."""
 
-    def __init__(self, body: kopf.Body, settings: OperatorSettings, waker: TrialWaker,
+    def __init__(self, body: kopf.Body, settings: OperatorSettings, waker: Waiter,
                  logger: logging.Logger | logging.LoggerAdapter) -> None:
         self.body, self.settings, self.waker, self.logger = body, settings, waker, logger
         self.namespace = body["metadata"]["namespace"]
@@ -79,7 +79,7 @@ class KubeTrialExecutor:
         self.status = TrialStatus()
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
-        self.gate: Any = None  # handlers.admission.KueueGate
+        self.gate: Any = None  # runtime.kueue.KueueGate
         self.drop_wait: Callable[[str], bool] = lambda pod: False
         self.pod_runners: dict[str, str] = {}
 
