@@ -27,7 +27,6 @@ from shipyard.api.models import (
     TaskStatus,
 )
 from shipyard.api.reasons import Reason
-from shipyard.kube import events as kube_events
 from shipyard.kube import image_builds as kube_builds
 from shipyard.kube import objects
 from shipyard.kube.errors import ApiException
@@ -55,6 +54,7 @@ from shipyard.render.build_job import (
     context_parts,
 )
 from shipyard.runtime import config, metrics, wake
+from shipyard.runtime.status_writer import StatusWriter, named
 from shipyard.runtime.task_files import TaskUnavailable, load_task, task_body
 from shipyard.taskformat import LoadedTask
 
@@ -216,13 +216,13 @@ def refresh_task_images(namespace: str, name: str) -> None:
     }
     if patch["images"] == (raw.get("images") or {}) and before == cond:
         return
+    events = []
     if changed([before] if before else [], [cond], fields=("type", "status", "reason")):
         failed = cond.status == "False" and cond.reason not in (Reason.BUILDING, Reason.PENDING)
-        kube_events.post_event(
-            task, "Warning" if failed else "Normal",
-            cond.reason if cond.status == "False" else IMAGES_READY, cond.message,
-            key=event_key(cond))
-    objects.patch_status("tasks", namespace, name, patch)
+        events.append(named(task, "Warning" if failed else "Normal",
+                            cond.reason if cond.status == "False" else IMAGES_READY,
+                            cond.message, key=event_key(cond)))
+    StatusWriter(task, "tasks").write(patch, events)
 
 
 def owner_tasks(build: dict[str, Any]) -> list[str]:
@@ -289,17 +289,16 @@ async def _apply_once(build: dict[str, Any], retry: int) -> None:
     before = build_status(build)
     status, delay = await asyncio.to_thread(reconcile_build, build)
     if status != before:
+        events = []
         if status.phase in ("Failed", "Succeeded") and status.phase != before.phase:
             began, ended = parse_time(status.started_at), parse_time(status.finished_at)
             metrics.build_finished(status.phase, (ended - began).total_seconds()
                                    if began and ended else None)
-            await asyncio.to_thread(
-                kube_events.post_event, dict(build),
-                "Warning" if status.phase == "Failed" else "Normal",
-                status.reason or status.phase, status.message or "", key=status.phase)
-        await asyncio.to_thread(objects.patch_status, PLURAL, build["metadata"]["namespace"],
-                                build["metadata"]["name"],
-                                status.model_dump(by_alias=True, mode="json"))
+            events.append(named(build, "Warning" if status.phase == "Failed" else "Normal",
+                                status.reason or status.phase, status.message or "",
+                                key=status.phase))
+        await asyncio.to_thread(StatusWriter(build, PLURAL).write,
+                                status.model_dump(by_alias=True, mode="json"), events)
     if delay is not None:  # exponential backoff: 5 s, 10 s, 20 s ... at most 2 min
         raise kopf.TemporaryError(status.message or "registry unavailable",
                                   delay=min(120.0, delay * 2 ** min(retry, 5)))

@@ -32,7 +32,6 @@ from shipyard.api.conventions import (
 from shipyard.api.models import Condition
 from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
-from shipyard.kube import events as kube_events
 from shipyard.kube import sweeps as kube
 from shipyard.plan.sweep import expand, trial_body
 from shipyard.reconcile.sweep_status import (
@@ -46,6 +45,7 @@ from shipyard.reconcile.sweep_status import (
     write_delay,
 )
 from shipyard.runtime import config, metrics, wake
+from shipyard.runtime.status_writer import PendingEvent, StatusWriter, named
 
 TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
 RESYNC = 300.0  # the Sweep's Trials are listed again after this long
@@ -99,7 +99,8 @@ class SweepDriver:
         self.settings = config.current()
         self.tasks: list[dict[str, Any]] = []
         self.tasks_at = self.synced_at = -1e9
-        self.written: dict[str, Any] | None = None
+        self.writer = StatusWriter(body, "sweeps",
+                                   patch=lambda status: kube.write_status(namespace, name, status))
         self.written_at = -1e9
         self.generation: int | None = None
         self.computed = 0.0  # seconds the last pass spent in the pure layers (on the loop)
@@ -185,30 +186,31 @@ class SweepDriver:
     async def write(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> float:
         """Write the status (as API dicts) when `write_delay` says so; returns the longest
         wait before the next pass."""
-        written = self.written if self.written is not None else sweep["status"]
+        written = self.writer.written if self.writer.written is not None else sweep["status"]
         delay = write_delay(written, wanted, time.monotonic() - self.written_at,
                             self.settings.sweep_status_interval_sec)
         if delay is None:
             return IDLE_WAIT
         if delay > 0:
             return delay
-        await asyncio.to_thread(self.announce, sweep, wanted)
-        await asyncio.to_thread(kube.write_status, self.namespace, self.name, wanted)
-        self.written, self.written_at = wanted, time.monotonic()
+        events = self.announce(sweep, wanted)
+        await asyncio.to_thread(self.writer.write, wanted, events)  # Events, then status
+        self.written_at = time.monotonic()
         return IDLE_WAIT
 
-    def announce(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> None:
-        """(In a thread, before the status it explains) an Event for each condition that
+    def announce(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> list[PendingEvent]:
+        """The Events (written before the status they explain) of the conditions that
         changed (bad input, suspended, complete)."""
-        before = (self.written or sweep["status"]).get("conditions")
+        before = (self.writer.written or sweep["status"]).get("conditions")
+        events = []
         for c in changed(before, wanted.get("conditions") or []):
             if c["type"] == "TasksReady" and c["status"] == "True":
                 continue
             warning = c["type"] == "Failed" or (c["type"] == "TasksReady"
                                                 and c["reason"] != Reason.WAITING_FOR_TASKS)
-            kube_events.post_event(
-                dict(self.body), "Warning" if warning else "Normal", c["reason"], c["message"],
-                key=event_key(c))
+            events.append(named(self.body, "Warning" if warning else "Normal", c["reason"],
+                                c["message"], key=event_key(c)))
+        return events
 
     async def invalid(self, sweep: dict[str, Any], exc: ValidationError, now: datetime
                       ) -> float:
