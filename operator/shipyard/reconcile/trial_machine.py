@@ -56,6 +56,11 @@ from shipyard.reconcile.agent_result import (
 from shipyard.reconcile.agent_trajectory import agent_trajectory
 from shipyard.reconcile.pod_observation import PodObservation
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.reconcile.write_policy import (  # noqa: F401 (the trial's write rules)
+    START_WRITE_DELAY_SEC,
+    UNSAVED_WORK_SEC,
+    write_before_exec,
+)
 from shipyard.taskformat import (
     RewardFileError,
     aggregate_steps,
@@ -839,26 +844,6 @@ def task_missing(status: TrialStatus, message: str, created_at: datetime | None,
                 f"cancelled by the {CANCEL_ANNOTATION} annotation while waiting: {message}")
     new, outcome = waiting_for_task(status, message, deadline, now)
     return WaitForTask(new, outcome, min(TASK_POLL_SEC, (deadline - now).total_seconds()))
-
-
-UNSAVED_WORK_SEC = 5.0
-"""A driver whose execs since its last write took this long writes what it has before its
-next exec: coalesced writes must not leave more than this to redo after a restart, or an
-operator restarted more often than a trial's execs take (a loaded node, kills every 10-25 s)
-would redo the same steps forever without recording one. Quick execs cost no extra write."""
-
-
-def write_before_exec(unsaved_sec: float, unsaved_execs: int) -> bool:
-    """Whether the driver writes what it has before its next exec (`UNSAVED_WORK_SEC`). Never
-    after a single exec: what a restart redoes is then that one exec, which answers at once
-    (a launch never runs a phase twice), so a trivial trial's environment-and-agent launch,
-    slow only because its node is busy, costs no write of its own before its verifier's."""
-    return unsaved_execs >= 2 and unsaved_sec > UNSAVED_WORK_SEC
-
-START_WRITE_DELAY_SEC = 10.0
-"""While a trial's environment pod starts, the status (Running, the pod's name) is written only
-once the start has taken this long: a pod that starts sooner costs no write of its own (what
-changed goes with the next one; all of it is redone the same way after a restart)."""
 
 
 def starting_pod(status: TrialStatus) -> bool:
