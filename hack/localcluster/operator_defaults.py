@@ -1,5 +1,5 @@
 """What an operator run by hand (`shipyard operator` from a checkout) needs to know about the
-local cluster: its image builder, registry and probe image. Published as the ConfigMap
+local cluster: its image builder, registry, probe image and runner image. Published as the ConfigMap
 `kube-public/shipyard-localcluster` (which the operator reads when it runs outside a pod and
 the variable is not set) and printed by `localcluster.py env`.
 """
@@ -11,6 +11,7 @@ import subprocess
 
 from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY
 from layout import IMAGE_BUSYBOX, Layout
+from runner_image import reference as runner_reference
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
 
@@ -22,6 +23,8 @@ DEFAULTS = {
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
+    # The static Go runner of this checkout (runner_image.py), imported by `up`.
+    "SHIPYARD_RUNNER_IMAGE": runner_reference(),
 }
 
 

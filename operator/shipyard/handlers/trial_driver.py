@@ -478,7 +478,8 @@ class TrialDriver:
         if not await self.ensure_network(plan):
             return
         manifest = build_trial_pod(self.body, plan, role, step, name,
-                                   probe_image_for(plan, self.settings.probe_image))
+                                   probe_image_for(plan, self.settings.probe_image),
+                                   self.settings.runner_image)
         if self.kueue is not None:
             manifest = self.kueue.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)
