@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const redactedMark = "[REDACTED]"
@@ -102,14 +103,20 @@ func secretPatterns(dir string) [][]byte {
 	return out
 }
 
-// redact: each pattern replaced by the mark (never re-scanned: a value such as "REDACTED" ends).
+// redact: each pattern replaced by the mark, never inside a mark already there (a value such
+// as "REDACTED" ends, and a file scrubbed once reads the same when returned redacted).
 func redact(data []byte, patterns [][]byte) []byte {
-	for _, p := range patterns {
-		if bytes.Contains(data, p) {
-			data = bytes.ReplaceAll(data, p, []byte(redactedMark))
+	mark := []byte(redactedMark)
+	parts := bytes.Split(data, mark)
+	for i, part := range parts {
+		for _, p := range patterns {
+			if bytes.Contains(part, p) {
+				part = bytes.ReplaceAll(part, p, mark)
+			}
 		}
+		parts[i] = part
 	}
-	return data
+	return bytes.Join(parts, mark)
 }
 
 func containsAny(data []byte, patterns [][]byte) bool {
@@ -175,6 +182,48 @@ func scrub(drop string) {
 	}
 }
 
+// scrubChanged DROP SINCE: the values in DROP redacted in every regular file of the container
+// (SHIPYARD_SCRUB_ROOT, default /) changed since SINCE (its ctime, which task code cannot set
+// back), so that secrets an agent wrote anywhere never reach a shared verifier. Not followed:
+// links, /proc, /sys, /dev, the drops, the runner's own binary; read-only files are left.
+func scrubChanged(drop string, since time.Time) {
+	if !isDir(drop) {
+		return
+	}
+	patterns := secretPatterns(drop)
+	if len(patterns) == 0 {
+		return
+	}
+	root := env("SHIPYARD_SCRUB_ROOT", "/")
+	skip := map[string]bool{"/proc": true, "/sys": true, "/dev": true, P.drops: true,
+		P.root + "/bin": true}
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			if skip[path] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok &&
+			!time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(since) {
+			scrubFile(path, patterns)
+		}
+		return nil
+	})
+}
+
+const scrubInMemory = 64 << 20
+
 func scrubFile(path string, patterns [][]byte) {
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
@@ -183,6 +232,10 @@ func scrubFile(path string, patterns [][]byte) {
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
+		return
+	}
+	if st.Size() > scrubInMemory {
+		scrubLarge(f, patterns)
 		return
 	}
 	data, err := io.ReadAll(f)
@@ -194,4 +247,61 @@ func scrubFile(path string, patterns [][]byte) {
 		return
 	}
 	_, _ = f.WriteAt(clean, 0)
+}
+
+// scrubLarge: a file too large to hold redacted through a root-only scratch file, chunk by
+// chunk (a value is never cut: the longest value's length less one byte is carried over).
+func scrubLarge(f *os.File, patterns [][]byte) {
+	longest := len(patterns[0])
+	tmp, err := os.CreateTemp(P.state, "scrub.")
+	if err != nil {
+		return
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	found := false
+	buf := make([]byte, 0, (1<<20)+longest)
+	chunk := make([]byte, 1<<20)
+	for eof := false; !eof; {
+		n, err := f.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		eof = err != nil
+		cut := len(buf) - (longest - 1)
+		if eof || cut < 0 {
+			cut = max(cut, 0)
+			if eof {
+				cut = len(buf)
+			}
+		}
+		pos := 0
+		for pos < cut {
+			start, size := -1, 0
+			for _, p := range patterns {
+				if i := bytes.Index(buf[pos:], p); i >= 0 && (start < 0 || pos+i < start) {
+					start, size = pos+i, len(p)
+				}
+			}
+			if start < 0 || start >= cut {
+				break
+			}
+			found = true
+			_, _ = tmp.Write(buf[pos:start])
+			_, _ = tmp.WriteString(redactedMark)
+			pos = start + size
+		}
+		if pos < cut {
+			_, _ = tmp.Write(buf[pos:cut])
+			pos = cut
+		}
+		buf = append(buf[:0], buf[pos:]...)
+	}
+	if !found {
+		return
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil || f.Truncate(0) != nil {
+		return
+	}
+	if _, err := f.Seek(0, io.SeekStart); err == nil {
+		_, _ = io.Copy(f, tmp)
+	}
 }

@@ -178,6 +178,8 @@ func openOutput(s string) (*os.File, error) {
 // supervise ID: the phase's prepare (root), then its command (as its user, in its folder, with
 // its environment, under its timeout), the sweep, the scrub, and the record.
 func supervise(id string) {
+	// Files changed since (less the kernel's coarse timestamp granularity) are the phase's.
+	began := time.Now().Add(-10 * time.Millisecond)
 	p, s := phaseDir(id), stateDir(id)
 	_, spec := assignments(p + "/spec")
 	isOwn := spec["OWN"] == "1"
@@ -271,6 +273,7 @@ func supervise(id string) {
 	}
 	if secrets {
 		scrub(P.drops + "/" + id)
+		scrubChanged(P.drops+"/"+id, began)
 	}
 	writeFile(s+"/oom_killed", fmt.Sprintf("%d\n", oomKills()-oomBefore))
 	t := 0

@@ -443,3 +443,35 @@ def test_an_agent_that_replaced_sh_awk_tar_cat_and_su_neither_moves_the_runner_n
             assert "runner=elf" in log and "runner=ro" in log, (name, who, log)
     forger = shipyard.wait("tools-separate-forger", timeout=240)
     assert forger["status"].get("reward") == 0.0, brief(forger["status"])
+
+
+def test_a_shared_verifier_finds_no_secret_the_agent_wrote_anywhere(shipyard):
+    """The Go runner scrubs every file changed during a phase given secrets (not only
+    /logs/agent): a root agent that hid its key (and its base64) in /tmp, /root, /etc and
+    /shipyard, backdating the files, leaves nothing a shared verifier finds."""
+    value = "sk-trust-anywhere-5b7e21"
+    core = base64.b64encode(value.encode()).decode()[:20]
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "anywhere-key"}, "stringData": {"MODEL_API_KEY": value}})
+    test_sh = (f"found=$(grep -rl -e {value} -e {core} / --exclude-dir=proc --exclude-dir=sys "
+               "--exclude-dir=dev --exclude-dir=tests 2>/dev/null)\n"
+               'echo "found: [$found]"\n'
+               'if [ -z "$found" ] && [ -s /tmp/hidden.txt ]; then echo 1; else echo 0; fi '
+               "> /logs/verifier/reward.txt\n")
+    shipyard.task("anywhere", {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+        "instruction.md": "Hide.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh})
+    command = ('echo "k=$MODEL_API_KEY" > /tmp/hidden.txt; mkdir -p /root/.cfg; '
+               'echo "$MODEL_API_KEY" | base64 > /root/.cfg/k; printenv > /etc/agent.env; '
+               'echo "$MODEL_API_KEY" > /shipyard/left.txt 2>/dev/null; '
+               "touch -d 2001-01-01 /tmp/hidden.txt /root/.cfg/k /etc/agent.env")
+    shipyard.trial("anywhere", "anywhere", {
+        "name": "command", "envFrom": [{"secretRef": {"name": "anywhere-key"}}],
+        "command": command})
+    trial = shipyard.wait("anywhere", timeout=180)
+    logs = shipyard.core.read_namespaced_config_map(
+        trial["status"]["logsConfigMap"], shipyard.namespace).data
+    assert trial["status"].get("reward") == 1, (brief(trial["status"]), logs)
+    assert "found: []" in logs["verifier.log"], logs
+    assert value not in str(logs) and core not in str(logs)
