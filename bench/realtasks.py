@@ -13,6 +13,9 @@ its own, pushes each task as a Task, runs the two trials and prints one line per
   Harbor refuses too);
 - `environment`: this machine (no internet beyond the package registries, no GPU, no model API
   key, a base image with no local stand-in) — the evidence line says which;
+- `isolation`: the oracle's solution left a service running that the tests expect, and
+  Shipyard's phase isolation ended it (the runner names what it ended); with
+  `--agent-processes Keep` (Harbor's behaviour) such a task is run as Harbor runs it;
 - `shipyard`: anything else; the evidence is the trial's own error, to be looked at.
 
 and a summary line. Fetched tasks are inputs only: never commit them.
@@ -61,6 +64,10 @@ ENVIRONMENT_PATTERNS = [
 ]
 
 
+# What the runner writes into a phase's log when it ended what the phase left running.
+ISOLATION_LINE = "the phase left processes running, now ended"
+
+
 @dataclass
 class Run:
     agent: str
@@ -106,10 +113,12 @@ class Cluster:
     def get(self, ns: str, plural: str, name: str) -> dict[str, Any]:
         return self.api.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
 
-    def trial(self, ns: str, name: str, task: str, agent: str, keep_pods: bool = False) -> None:
+    def trial(self, ns: str, name: str, task: str, agent: str, keep_pods: bool = False,
+              agent_processes: str = "End") -> None:
         self.api.create_namespaced_custom_object(GROUP, VERSION, ns, "trials", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trial", "metadata": {"name": name},
             "spec": {"taskRef": {"name": task}, "agent": {"name": agent},
+                     "verifier": {"agentProcesses": agent_processes},
                      **({"keepPods": True} if keep_pods else {})}})
 
     def logs(self, ns: str, trial: dict[str, Any]) -> str:
@@ -142,7 +151,7 @@ def messages(obj: dict[str, Any]) -> list[str]:
 
 
 def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
-             keep_pods: bool = False) -> Outcome:
+             keep_pods: bool = False, agent_processes: str = "End") -> Outcome:
     from shipyard.kube.bundles import push_task
     from shipyard.taskformat import TaskFormatError, load_task_dir
 
@@ -161,7 +170,7 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
         outcome.verdict, outcome.evidence = "shipyard", f"push failed: {e}"[:300]
         return outcome
     for agent in ("oracle", "nop"):
-        cluster.trial(ns, f"{name}-{agent}", name, agent, keep_pods)
+        cluster.trial(ns, f"{name}-{agent}", name, agent, keep_pods, agent_processes)
     deadline = time.monotonic() + timeout
     for agent in ("oracle", "nop"):
         run, trial = Run(agent), {}
@@ -203,6 +212,10 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
     has_solution = any(f.startswith("solution/") or "/solution/" in f for f in files)
     if _score(oracle) != 1 and not has_solution:
         outcome.verdict, outcome.evidence = "task", "no solution/ (oracle has nothing to run)"
+        return
+    ended = next((ln for ln in oracle.evidence if ISOLATION_LINE in ln), None)
+    if _score(oracle) != 1 and ended:
+        outcome.verdict, outcome.evidence = "isolation", ended.strip()[:240]
         return
     lines = [*ready, *oracle.evidence, *nop.evidence, *events]
     for pattern, why in ENVIRONMENT_PATTERNS:
@@ -252,7 +265,7 @@ def table(outcomes: list[Outcome]) -> str:
         fmt = ["-" if s is None else f"{s:g}" for s in scores]
         rows.append(f"{o.task:<34} {o.verdict:<12} {fmt[0]:>7} {fmt[1]:>5}  {o.evidence}")
     counts = {v: sum(o.verdict == v for o in outcomes)
-              for v in ("pass", "shipyard", "environment", "task")}
+              for v in ("pass", "isolation", "shipyard", "environment", "task")}
     rows.append(f"summary: {len(outcomes)} tasks: " + ", ".join(f"{v} {n}" for v, n in
                                                                  counts.items()))
     return "\n".join(rows)
@@ -266,6 +279,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the outcomes here")
     parser.add_argument("--keep", action="store_true", help="keep the namespaces")
     parser.add_argument("--keep-pods", action="store_true", help="trials keep their pods")
+    parser.add_argument("--agent-processes", choices=["End", "Keep"], default="End",
+                        help="the trials' verifier.agentProcesses (Keep: Harbor's behaviour)")
     parser.add_argument("--operator-source", type=Path, default=None,
                         help="run the operator from this checkout's operator/ (e.g. an older "
                              "commit's worktree, for a before/after comparison)")
@@ -293,7 +308,8 @@ def main() -> int:
     def one(i: int) -> Outcome:
         cluster.core.create_namespace({"metadata": {"name": namespaces[i]}})
         try:
-            o = run_task(cluster, namespaces[i], dirs[i], i, args.timeout, args.keep_pods)
+            o = run_task(cluster, namespaces[i], dirs[i], i, args.timeout, args.keep_pods,
+                         args.agent_processes)
         except Exception as e:
             o = Outcome(task=resource_name(dirs[i], i), path=str(dirs[i]), verdict="shipyard",
                         evidence=f"bench: {type(e).__name__}: {e}"[:300])

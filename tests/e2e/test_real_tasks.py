@@ -290,3 +290,44 @@ def test_contexts_whose_files_differ_only_in_content_each_build_their_own_image(
     for name in names:
         trial = shipyard.wait(f"{name}-oracle", timeout=400)
         assert trial["status"].get("reward") == 1, (name, brief(trial["status"]))
+
+
+# ---------------------------------------------------------------- services the agent started
+
+# As public system-administration tasks do: the solution starts a service (redis, supervisord,
+# nginx) and the tests check that it serves. The service here is a loop that answers through
+# a file, so that the test image needs nothing more than sh.
+SERVICE_SOLVE = """#!/bin/bash
+nohup sh -c 'while :; do date +%s > /tmp/heartbeat; sleep 0.2; done' >/dev/null 2>&1 &
+sleep 0.5
+"""
+SERVICE_TEST = """#!/bin/bash
+rm -f /tmp/heartbeat; sleep 1
+if [ -s /tmp/heartbeat ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def test_a_service_the_agent_started_serves_the_tests_with_keep_and_is_named_without(
+        shipyard):
+    """Harbor leaves what the agent started running for the tests; Shipyard's default ends it
+    (the tests never run beside the agent's processes) and says so in the agent's log, and
+    `verifier.agentProcesses: Keep` is Harbor's behaviour. Secret-free: the keep-mode sweep of
+    processes holding a secret is covered by the runner's unit tests."""
+    shipyard.task("service", task_files(SERVICE_TEST, SERVICE_SOLVE))
+    keep = {"agentProcesses": "Keep"}
+    shipyard.trial("service-keep-oracle", "service", verifier=keep)
+    shipyard.trial("service-keep-nop", "service", agent={"name": "nop"}, verifier=keep)
+    shipyard.trial("service-end-oracle", "service")
+    oracle = shipyard.wait("service-keep-oracle", timeout=240)
+    assert oracle["status"].get("reward") == 1, (brief(oracle["status"]),
+                                                 shipyard.core.read_namespaced_config_map(
+        oracle["status"]["logsConfigMap"], shipyard.namespace).data)
+    nop = shipyard.wait("service-keep-nop", timeout=240)
+    assert nop["status"].get("reward") == 0, brief(nop["status"])
+    ended = shipyard.wait("service-end-oracle", timeout=240)
+    assert ended["status"].get("reward") == 0, brief(ended["status"])
+    log = shipyard.core.read_namespaced_config_map(
+        ended["status"]["logsConfigMap"], shipyard.namespace).data or {}
+    agent = "\n".join(v for k, v in log.items() if "agent" in k)
+    assert "the phase left processes running, now ended: sh" in agent, log
+    assert "verifier.agentProcesses Keep" in agent, agent

@@ -198,10 +198,20 @@ class AgentSpec(Model):
     max_timeout_sec: float | None = Field(default=None, gt=0)
 
 
+AgentProcesses = Literal["End", "Keep"]
+
+
 class VerifierSpec(Model):
     override_timeout_sec: float | None = Field(default=None, gt=0)
     max_timeout_sec: float | None = Field(default=None, gt=0)
     env: list[EnvVar] = []
+    agent_processes: AgentProcesses = Field(
+        default="End",
+        description="End: every process a phase started is ended before the next phase "
+        "(the tests never run beside the agent's processes). Keep: Harbor's behaviour, for "
+        "tasks whose tests check services the agent started; processes that hold one of the "
+        "agent's Secret values are still ended.",
+    )
 
 
 class EnvironmentSpec(Model):

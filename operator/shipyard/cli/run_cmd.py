@@ -56,7 +56,8 @@ GRACE_OPTION = click.option(
 
 def trial_body(task: str, agent: str, *, name: str | None, command: str | None,
                env: dict[str, str], image: str | None, pull_policy: str | None,
-               keep_pods: bool, timeout_multiplier: float | None) -> dict[str, Any]:
+               keep_pods: bool, timeout_multiplier: float | None,
+               keep_agent_processes: bool = False) -> dict[str, Any]:
     """The Trial manifest `shipyard run` creates (pure; unit-tested)."""
     agent_spec: dict[str, Any] = {"name": agent}
     if command is not None:
@@ -73,6 +74,8 @@ def trial_body(task: str, agent: str, *, name: str | None, command: str | None,
         spec["environment"] = environment
     if keep_pods:
         spec["keepPods"] = True
+    if keep_agent_processes:
+        spec["verifier"] = {"agentProcesses": "Keep"}
     if timeout_multiplier is not None:
         spec["timeoutMultiplier"] = timeout_multiplier
     metadata: dict[str, Any] = {"labels": {LABEL_MANAGED_BY: "shipyard"}}
@@ -229,6 +232,10 @@ def report(trial: dict[str, Any]) -> None:
 @click.option("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]),
               default=None)
 @click.option("--keep-pods", is_flag=True, help="Keep the trial's pods after it ends.")
+@click.option("--keep-agent-processes", is_flag=True,
+              help="Leave what the agent started running for the tests, as Harbor does "
+                   "(verifier.agentProcesses Keep; by default the tests never run beside "
+                   "the agent's processes).")
 @click.option("--timeout-multiplier", type=float, default=None)
 @click.option("--watch", "-w", is_flag=True,
               help="Follow the trial's phases live and end with its reward; exit status 0 "
@@ -238,8 +245,9 @@ def report(trial: dict[str, Any]) -> None:
 @NAMESPACE_OPTION
 def run(target: str, agent: str | None, agent_command: str | None, agent_env: tuple[str, ...],
         name: str | None, task_name: str | None, image: str | None,
-        image_pull_policy: str | None, keep_pods: bool, timeout_multiplier: float | None,
-        watch: bool, timeout: float, operator_grace: float, namespace: str | None) -> None:
+        image_pull_policy: str | None, keep_pods: bool, keep_agent_processes: bool,
+        timeout_multiplier: float | None, watch: bool, timeout: float, operator_grace: float,
+        namespace: str | None) -> None:
     """Run a trial of TARGET: a local Harbor task DIRECTORY (pushed first, like `shipyard task
     push`) or the name of a Task in the namespace.
 
@@ -291,7 +299,8 @@ def run(target: str, agent: str | None, agent_command: str | None, agent_env: tu
             fail(invalid_task_message(validated))
     body = trial_body(task, agent, name=name, command=agent_command, env=env, image=image,
                       pull_policy=image_pull_policy, keep_pods=keep_pods,
-                      timeout_multiplier=timeout_multiplier)
+                      timeout_multiplier=timeout_multiplier,
+                      keep_agent_processes=keep_agent_processes)
     created = create_trial(ns, body)
     trial_name = created["metadata"]["name"]
     if not watch:

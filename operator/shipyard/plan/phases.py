@@ -188,6 +188,9 @@ class PhaseSpec:
     payload: dict[str, bytes] = field(default_factory=dict)
     collect: tuple[str, ...] = ()
     secrets: bool = False
+    keep_processes: bool = False
+    """Processes the phase leaves are not ended after it, nor before the next (verifier
+    `agentProcesses: Keep`), except those holding a secret value."""
     log_files: tuple[str, ...] = ()
     """Collected files that are kept as the phase's logs after the pod is gone."""
     # the oracle's agent phase: a non-zero exit is not an error (docs/harbor.md §d.4)
@@ -395,13 +398,15 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                            verifier_env, settings.collect, step_plan)
         )
         previous_shared = step_plan.verifier_mode == "shared"
+    keep = spec.verifier.agent_processes == "Keep"
     start_timeout = (spec.environment.build_timeout_sec or env_config.build_timeout_sec) * (
         spec.timeout_multiplier
     )
     plan = TrialPlan(
         environment=environment,
         start_timeout_sec=start_timeout,
-        phases=tuple(_with_network(p if p.id else _with_id(p), trial_net) for p in phases),
+        phases=tuple(replace(_with_network(p if p.id else _with_id(p), trial_net),
+                             keep_processes=keep) for p in phases),
         steps=tuple(step_plans),
         secret_names=tuple(s.secret_ref.name for s in spec.agent.env_from),
         reward_strategy=config.reward_strategy if task.is_multi_step else None,
@@ -474,8 +479,6 @@ def _compose(task: LoadedTask, env: Mapping[str, str]) -> ComposeEnvironment | N
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:
-    from dataclasses import replace
-
     return replace(phase, network=network.phase_key(phase.name, phase.step, phase.pod))
 
 

@@ -42,6 +42,13 @@ class PhaseStatus:
         f = self.files.get("output")
         return f.text() if f else ""
 
+    @property
+    def runner_notes(self) -> str:
+        """The runner's own lines in the output (e.g. what it ended after the phase), each
+        ending in a newline: kept with the phase's log even where the log is a file."""
+        return "".join(line + "\n" for line in self.output.splitlines()
+                       if line.startswith("shipyard runner: "))
+
 
 class RunnerProtocolError(Exception):
     """The runner's answer could not be read (the pod is not what we expect)."""

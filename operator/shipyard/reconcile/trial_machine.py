@@ -651,10 +651,13 @@ def _logs(spec: PhaseSpec, result: PhaseStatus, limit: int) -> dict[str, str]:
     from shipyard.render.pod import truncate_log
 
     logs = {}
+    notes = result.runner_notes
     for path in spec.log_files:
         f = result.files.get(path)
         if f is not None:
-            logs[log_key(spec)] = truncate_log(f.text(), f.size, limit)
+            logs[log_key(spec)] = truncate_log(f.text(), f.size, max(1, limit - len(notes)))
+    if notes and spec.log_files:
+        logs[log_key(spec)] = logs.get(log_key(spec), "") + notes
     return logs
 
 

@@ -23,6 +23,7 @@ def _spec_file(phase: PhaseSpec) -> str:
         f"CWD={shlex.quote(phase.cwd or '')}\n"
         f"SECRETS={1 if phase.secrets else 0}\n"
         f"OWN={1 if own else 0}\n"
+        + ("KEEP=1\n" if phase.keep_processes else "")
     )
 
 

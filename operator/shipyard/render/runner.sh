@@ -16,7 +16,9 @@
 # exec probe runs it (the main container Ready while no phase runs).
 #
 # Phase directory /shipyard/phases/ID (uploaded as a tar by `launch`):
-#   spec      shell assignments: USER_NAME, TIMEOUT (seconds, empty = none), CWD, SECRETS (0|1)
+#   spec      shell assignments: USER_NAME, TIMEOUT (seconds, empty = none), CWD, SECRETS (0|1),
+#             OWN (0|1: Shipyard's own phase), KEEP (0|1: processes are left running, see
+#             `sweep_holders`)
 #   env       `export K='v'` lines for the phase command
 #   prepare   optional; run first as root with no timeout (copies payload/ into place)
 #   command   the phase itself, run as USER_NAME in CWD under TIMEOUT
@@ -148,8 +150,13 @@ launch_file() {
     forged=0
   fi
   # Nothing to sweep while no task code ran since the base was taken (this exec's own, the
-  # first in the pod, launched only phases of Shipyard's own: OWN=1 in their spec).
-  [ -n "$NEWBASE" ] && [ "$TASKCODE" = 0 ] || sweep
+  # first in the pod, launched only phases of Shipyard's own: OWN=1 in their spec). A phase
+  # of a trial that keeps the agent's processes (KEEP=1, read from the bundle before it is
+  # unpacked) ends only those holding a secret.
+  case "$(tar -x -O -f "$bundle" spec 2>/dev/null)" in
+    *KEEP=1*) sweep_holders ;;
+    *) [ -n "$NEWBASE" ] && [ "$TASKCODE" = 0 ] || sweep ;;
+  esac
   for d in "$DROPS"/*; do [ ! -e "$d" ] || [ "$d" = "$DROPS/$id" ] || rm -rf "$d"; done 2>/dev/null
   # One `date` for both: the time as recorded and in seconds (for `supervisor_lost`).
   set -- $(date -u "+%Y-%m-%dT%H:%M:%SZ %s")
@@ -288,7 +295,7 @@ quoted() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 supervise() {
   id=$1
   p=$PHASES/$id s=$STATE/$id
-  USER_NAME="" TIMEOUT="" CWD="" SECRETS=0 OWN=0
+  USER_NAME="" TIMEOUT="" CWD="" SECRETS=0 OWN=0 KEEP=0
   . "$p/spec"
   # prepare in a subshell of this one (a fork, no new shell to start)
   if [ -f "$p/prepare" ] && ! (SHIPYARD_PAYLOAD="$p/payload"; . "$p/prepare") >>"$s/output" 2>&1
@@ -344,7 +351,13 @@ supervise() {
   # Its environment (a verifier's [verifier.env] values, e.g. a judge's key) is not left on
   # disk for the phases after it.
   rm -f "$p/env" "$p/env.sh"
-  [ "$OWN" = 1 ] || sweep  # Shipyard's own phase (no task code) leaves nothing to end
+  # Shipyard's own phase (no task code) leaves nothing to end. What a phase of task code left
+  # running is ended and named in its output (a task whose tests expect a service the agent
+  # started scores 0 so: the trial's verifier.agentProcesses Keep is Harbor's behaviour).
+  if [ "$OWN" = 1 ]; then :
+  elif [ "$KEEP" = 1 ]; then sweep_holders
+  else SWEEP_REPORT=$s/output sweep
+  fi
   [ "$SECRETS" != 1 ] || scrub "$DROPS/$id"
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
@@ -596,6 +609,18 @@ sweep() {
   while [ "$rounds" -lt 50 ]; do
     targets=$(sweep_targets)
     [ -n "$targets" ] || return 0
+    # SWEEP_REPORT=FILE: what the phase left running is named there, each name once (a task
+    # whose tests expect a service the agent started scores 0 so; the trial's
+    # verifier.agentProcesses Keep is Harbor's behaviour).
+    if [ "$rounds" = 0 ] && [ -n "${SWEEP_REPORT:-}" ]; then
+      seen=" "
+      for pid in $targets; do
+        name=$(value "/proc/$pid/comm")
+        case $seen in *" $name "*) ;; *) [ -z "$name" ] || seen="$seen$name " ;; esac
+      done
+      echo "shipyard runner: the phase left processes running, now ended:${seen% }" \
+        "(verifier.agentProcesses Keep keeps them, as Harbor does)" >>"$SWEEP_REPORT"
+    fi
     # shellcheck disable=SC2086
     kill -STOP $targets 2>/dev/null
     # shellcheck disable=SC2086
@@ -604,6 +629,26 @@ sweep() {
     sleep 0.05 2>/dev/null || sleep 1
   done
   echo "shipyard runner: processes were still starting after 50 sweeps" >&2
+}
+
+# sweep_holders: with KEEP=1 the sweep spares what the phases left running, but not a process
+# whose environment holds a value of the agent's Secrets (any phase's drop still on disk):
+# a secret never reaches the verifier, even through /proc/PID/environ.
+sweep_holders() {
+  [ "$(value /proc/1/comm)" = pause ] || return 0
+  [ -d "$DROPS" ] || return 0
+  patterns=$STATE/holders.$$
+  (umask 077 && find "$DROPS" -type f -exec cat {} + 2>/dev/null |
+    awk 'length($0) >= 4' >"$patterns")
+  if [ -s "$patterns" ]; then
+    for pid in $(sweep_targets); do
+      # (NUL-separated: busybox's grep would stop at the first NUL)
+      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qF -f "$patterns" &&
+        kill -KILL "$pid" 2>/dev/null
+    done
+  fi
+  rm -f "$patterns"
+  return 0
 }
 
 # put-secrets ID (run in the `secrets` container): the mounted Secret files, copied into the

@@ -167,6 +167,10 @@ def test_trial_body():
                        pull_policy=None, keep_pods=False, timeout_multiplier=None)
     assert plain["metadata"]["name"] == "x"
     assert plain["spec"] == {"taskRef": {"name": "hello"}, "agent": {"name": "oracle"}}
+    keep = trial_body("hello", "oracle", name=None, command=None, env={}, image=None,
+                      pull_policy=None, keep_pods=False, timeout_multiplier=None,
+                      keep_agent_processes=True)
+    assert keep["spec"]["verifier"] == {"agentProcesses": "Keep"}
 
 
 def test_parse_env():

@@ -450,3 +450,19 @@ def test_artifact_excludes_apply_to_directories_only() -> None:
     single_file = next(b for b in branches if b.startswith("elif [ -e /app/out ]"))
     assert "-C /app/out --exclude='*.tmp' --exclude='cache dir' ." in directory
     assert "--exclude" not in single_file
+
+
+def _spec_of(phase: PhaseSpec) -> str:
+    with tarfile.open(fileobj=io.BytesIO(build_phase_bundle(phase.id, phase))) as tar:
+        member = tar.extractfile("spec")
+        assert member is not None
+        return member.read().decode()
+
+
+def test_agent_processes_keep_reaches_every_phase_s_spec_and_end_is_the_default() -> None:
+    default = plan_for(hello_world(), agent={"name": "oracle"})
+    assert not any("KEEP" in _spec_of(p) for p in default.phases)
+    keep = plan_for(hello_world(), agent={"name": "oracle"},
+                    verifier={"agentProcesses": "Keep"})
+    assert [p.keep_processes for p in keep.phases] == [True, True, True]
+    assert all("KEEP=1" in _spec_of(p) for p in keep.phases)

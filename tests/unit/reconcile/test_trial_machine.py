@@ -145,6 +145,17 @@ def test_phase_logs_are_kept_from_the_collected_files() -> None:
     assert run.logs == {"agent.log": "solved\n", "verifier.log": "1 passed\n"}
 
 
+def test_what_the_runner_ended_after_a_phase_is_kept_with_its_log() -> None:
+    note = ("shipyard runner: the phase left processes running, now ended: redis-server "
+            "(verifier.agentProcesses Keep keeps them, as Harbor does)\n")
+    run = drive(plan_for(agent={"name": "oracle"}), {
+        "agent": done(files={"/logs/agent/oracle.txt": b"solved\n",
+                             "output": b"stray\n" + note.encode()}),
+        "verifier": done(files={REWARD_TXT: b"0", TEST_STDOUT: b"1 failed\n"}),
+    })
+    assert run.logs == {"agent.log": "solved\n" + note, "verifier.log": "1 failed\n"}
+
+
 def test_a_zero_reward_is_still_complete() -> None:
     run = drive(plan_for(agent={"name": "nop"}), {"verifier": reward_txt(b"0\n")})
     assert (run.status.phase, run.status.reward) == ("Completed", 0.0)

@@ -813,6 +813,47 @@ def test_a_phase_leaves_no_process_behind(runner: Runner, pod_like: PidNamespace
     assert any("sleep 1000" in c for c in pod_like.live())
 
 
+def test_what_a_phase_left_running_is_named_in_its_output_when_ended(
+        runner: Runner, pod_like: PidNamespace) -> None:
+    runner.prefix = pod_like.enter()
+    result = runner.run_phase(phase("setsid sleep 1000 >/dev/null 2>&1 &\nsleep 0.2\n"), "agent")
+    assert "the phase left processes running, now ended: sleep" in result.output
+    assert "verifier.agentProcesses Keep" in result.output
+    assert pod_like.live() == []
+
+
+def test_with_keep_a_service_the_agent_started_serves_the_verifier(
+        runner: Runner, pod_like: PidNamespace) -> None:
+    """verifier.agentProcesses Keep (Harbor's behaviour): what the agent phase left running
+    is alive in the next phase, and no runner line says otherwise."""
+    runner.prefix = pod_like.enter()
+    served = runner.root / "served"
+    service = f"while :; do date > {served}; sleep 0.05; done"
+    agent = runner.run_phase(phase(f"setsid sh -c '{service}' >/dev/null 2>&1 &\n",
+                                   keep_processes=True), "agent")
+    assert agent.exit_code == 0 and "left processes" not in agent.output
+    served.unlink(missing_ok=True)
+    test = runner.run_phase(phase(f"sleep 0.3; test -s {served} && echo served\n",
+                                  keep_processes=True), "verifier")
+    assert test.output == "served\n"
+    assert any("while" in c for c in pod_like.live())
+
+
+def test_with_keep_a_process_holding_a_secret_is_ended_the_others_kept(
+        runner: Runner, pod_like: PidNamespace) -> None:
+    runner.prefix = pod_like.enter()
+    mount_secret(runner.root, 0, {"API_KEY": "sk-live-0123456789"})
+    runner.run_phase(phase(
+        "setsid sh -c 'exec sleep 1001' >/dev/null 2>&1 &\n"  # holds API_KEY in its environ
+        "env -i setsid sh -c 'exec sleep 1002' >/dev/null 2>&1 &\n",  # as `service` starts
+        keep_processes=True, secrets=True), "agent")
+    live = pod_like.live()
+    assert not any("sleep 1001" in c for c in live), live
+    assert any("sleep 1002" in c for c in live), live
+    runner.run_phase(phase("true\n", keep_processes=True), "verifier")
+    assert any("sleep 1002" in c for c in pod_like.live())
+
+
 def test_a_timed_out_phase_leaves_no_process_behind(runner: Runner,
                                                     pod_like: PidNamespace) -> None:
     runner.prefix = pod_like.enter()
