@@ -146,8 +146,12 @@ func launchBundle(id string, bundle []byte, limit int64, key string, givenBase i
 			"launch (not by it) was discarded\n", id))
 	}
 	// Nothing to sweep while no task code ran since the base was taken (this process's own
-	// first launches, of Shipyard's own phases).
-	if newBase < 0 || taskCode {
+	// first launches, of Shipyard's own phases). A phase of a trial that keeps the agent's
+	// processes (KEEP=1, read from the bundle before it is unpacked) ends only those holding
+	// a secret.
+	if bundleKeeps(bundle) {
+		sweepHolders()
+	} else if newBase < 0 || taskCode {
 		sweep()
 	}
 	for _, d := range children(P.drops) {
@@ -242,6 +246,26 @@ func unpack(bundle []byte, dir string) error {
 			_ = os.Chmod(target, os.FileMode(h.Mode)&0o755)
 		default:
 			return fmt.Errorf("%q is not a regular file", h.Name)
+		}
+	}
+}
+
+// bundleKeeps: the bundle's spec says KEEP=1.
+func bundleKeeps(bundle []byte) bool {
+	tr := tar.NewReader(bytes.NewReader(bundle))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return false
+		}
+		if path.Clean(strings.TrimPrefix(h.Name, "./")) == "spec" {
+			spec, _ := io.ReadAll(io.LimitReader(tr, 1<<16))
+			for _, w := range shellWords(string(spec)) {
+				if w == "KEEP=1" {
+					return true
+				}
+			}
+			return false
 		}
 	}
 }

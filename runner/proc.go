@@ -168,7 +168,12 @@ func sweepBase() int64 {
 
 // sweep: stop, then kill, every target until none is left (STOP first: a forking loop cannot
 // outrun it). Only in a trial pod, whose PID 1 is the sandbox's pause (shareProcessNamespace).
-func sweep() {
+func sweep() { sweepReporting("") }
+
+// sweepReporting: a sweep; with report (a phase's output file) what it ends in its first round
+// is named there, each name once (a task whose tests expect a service the agent started scores
+// 0 so: the trial's verifier.agentProcesses Keep is Harbor's behaviour).
+func sweepReporting(report string) {
 	if value("/proc/1/comm", "") != "pause" {
 		return
 	}
@@ -177,6 +182,20 @@ func sweep() {
 		targets := sweepTargets(b)
 		if len(targets) == 0 {
 			return
+		}
+		if round == 0 && report != "" {
+			var names []string
+			seen := map[string]bool{}
+			for _, pid := range targets {
+				name := value(fmt.Sprintf("/proc/%d/comm", pid), "")
+				if name != "" && !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+			}
+			appendFile(report, fmt.Sprintf("shipyard runner: the phase left processes running, "+
+				"now ended: %s (verifier.agentProcesses Keep keeps them, as Harbor does)\n",
+				strings.Join(names, " ")))
 		}
 		for _, pid := range targets {
 			_ = syscall.Kill(pid, syscall.SIGSTOP)
@@ -207,4 +226,23 @@ func oomKills() int64 {
 		break
 	}
 	return 0
+}
+
+// sweepHolders: with KEEP=1 the sweep spares what the phases left running, but not a process
+// whose environment holds a value of the agent's Secrets (any phase's drop still on disk): a
+// secret never reaches the verifier, even through /proc/PID/environ.
+func sweepHolders() {
+	if value("/proc/1/comm", "") != "pause" || !isDir(P.drops) {
+		return
+	}
+	patterns := secretPatterns(P.drops)
+	if len(patterns) == 0 {
+		return
+	}
+	for _, pid := range sweepTargets(sweepBase()) {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && containsAny(environ, patterns) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

@@ -268,8 +268,18 @@ func supervise(id string) {
 		}
 		rc = exitCode(err, cmd.ProcessState)
 	}
-	if !isOwn {
-		sweep()
+	// Shipyard's own phase (no task code) leaves nothing to end; what a phase of task code
+	// left running is ended and named in its output, unless the trial keeps it (KEEP=1: only
+	// processes holding a secret are ended).
+	switch {
+	case isOwn:
+	case spec["KEEP"] == "1":
+		// A process between its fork and its exec still carries its parent's environment: a
+		// moment for what the phase just started (e.g. through `env -i`) to become itself.
+		time.Sleep(100 * time.Millisecond)
+		sweepHolders()
+	default:
+		sweepReporting(s + "/output")
 	}
 	if secrets {
 		scrub(P.drops + "/" + id)
