@@ -290,9 +290,10 @@ def test_keep_pods_and_ttl_after_finished(cluster, shipyard):
         "-n", shipyard.namespace, "exec", pod, "--", "sh", "-c",
         "cat /proc/[0-9]*/status 2>/dev/null | grep ^State:").stdout
     assert "S (sleeping)" in states and "zombie" not in states, states
-    shipyard.trial("short-lived", "kept", {"name": "nop"}, ttlSecondsAfterFinished=2)
+    # A TTL with room for the poll to see the trial finished (a trivial trial ends in ~2 s).
+    shipyard.trial("short-lived", "kept", {"name": "nop"}, ttlSecondsAfterFinished=10)
     shipyard.wait("short-lived")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 45
     remaining = ["short-lived"]
     while time.monotonic() < deadline and remaining:
         items = shipyard.api.list_namespaced_custom_object(

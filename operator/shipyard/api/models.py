@@ -401,3 +401,7 @@ class TrialStatus(Model):
     attempts: list[AttemptRecord] = []
     retry_at: str | None = None
     queue: QueueRecord | None = None
+    # Pods into which a launch of task code was sent (its answer may never have come: the
+    # container may end during it): their container's end is that code's failure, also for an
+    # operator restarted before the answer was recorded.
+    task_code_sent: list[str] | None = None

@@ -1,0 +1,398 @@
+"""Carries out the trial loop's actions (`reconcile.trial_loop`) against the cluster: one method
+per action, named after it (`RunExec` → `run_exec`), each returning one observation. It decides
+nothing; what it does with an answer is the loop's (`trial_loop.absorb`). Blocking client calls
+run in threads (execs in their own pool, `executor.execs`), so their cost is visible here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import kopf
+
+from shipyard.api.conventions import (
+    LABEL_NETWORK,
+    artifacts_configmap_name,
+    launch_key,
+)
+from shipyard.api.models import TrialStatus
+from shipyard.api.reasons import Reason
+from shipyard.handlers.executor import execs
+from shipyard.handlers.pod_watch import TrialWaker
+from shipyard.kube import artifacts as kube_artifacts
+from shipyard.kube import events as kube_events
+from shipyard.kube import network as kube_network
+from shipyard.kube import objects
+from shipyard.kube import runner as kube_runner
+from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.kube.pod_exec import EXEC_TIMEOUT_SEC
+from shipyard.plan.compose import service_log_key
+from shipyard.plan.network import NetworkSettings
+from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, TrialPlan, VerifierEnvironmentScript
+from shipyard.plan.settings import OperatorSettings
+from shipyard.reconcile import trial_loop as loop
+from shipyard.reconcile.pod_observation import observe_pod
+from shipyard.render.artifact_bundle import (
+    ARTIFACTS_LIMIT_BYTES,
+    TAR_OVERHEAD_BYTES,
+    ArtifactsRefused,
+    CleanArtifacts,
+    clean_artifacts,
+)
+from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
+from shipyard.render.compose import (
+    concat_tars,
+    merge_sidecar_tars,
+    sidecar_artifact_argv,
+    sidecar_hook_argv,
+)
+from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
+from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
+from shipyard.render.pod import (
+    build_logs_configmap,
+    build_runner_configmap,
+    build_trial_pod,
+    pod_name_for,
+    probe_image_for,
+    runner_configmap_name,
+    truncate_log,
+)
+
+ARTIFACT_LIMIT = ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES
+
+
+class KubeTrialExecutor:
+    """The executor of one trial's driver. `status` and `plan` are the driver's (read, never
+    changed here); `gate` its Kueue gate; `drop_wait` says when a waiting exec is dropped."""
+
+    def __init__(self, body: kopf.Body, settings: OperatorSettings, waker: TrialWaker,
+                 logger: logging.Logger | logging.LoggerAdapter) -> None:
+        self.body, self.settings, self.waker, self.logger = body, settings, waker, logger
+        self.namespace = body["metadata"]["namespace"]
+        self.name = body["metadata"]["name"]
+        self.status = TrialStatus()
+        self.plan: TrialPlan | None = None
+        self.network: NetworkSettings | None = None
+        self.gate: Any = None  # handlers.admission.KueueGate
+        self.drop_wait: Callable[[str], bool] = lambda pod: False
+        self.pod_runners: dict[str, str] = {}
+
+    async def call(self, fn, *args, **kwargs):
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def exec_call(self, fn, *args):
+        """An exec into a trial pod, in the pool of execs (`executor.execs`)."""
+        return await asyncio.get_running_loop().run_in_executor(execs,
+                                                                functools.partial(fn, *args))
+
+    def apply(self, action: loop.Action):
+        """The coroutine carrying out `action` (its method is named after it)."""
+        method = "".join("_" + c.lower() if c.isupper() else c for c in type(action).__name__)
+        return getattr(self, method.lstrip("_"))(action)
+
+    # ------------------------------------------------------------ pods and writes
+
+    async def observe(self, action: loop.Observe) -> loop.PodsSeen:
+        """The trial's pods: from the watch when it has told us, else one GET each."""
+        found = []
+        for name in (self.status.pod_name, self.status.verifier_pod_name):
+            pod = None
+            if name is not None:
+                if name in self.waker.pods and not action.force:
+                    pod = self.waker.pods[name]
+                else:
+                    pod = await self.call(objects.get_pod, self.namespace, name)
+            found.append(observe_pod(pod))
+        return loop.PodsSeen(*found)
+
+    async def fetch_pod(self, action: loop.FetchPod) -> loop.PodFetched:
+        return loop.PodFetched(observe_pod(await self.call(objects.get_pod, self.namespace,
+                                                           action.pod)))
+
+    async def flush(self, action: loop.Flush) -> loop.Written:
+        if action.logs:
+            cm = build_logs_configmap(self.body, dict(action.logs))
+            await self.call(objects.merge_configmap_data, cm, action.logs_known)
+        if action.events or action.status is not None:
+            patch = (action.status.model_dump(by_alias=True, mode="json")
+                     if action.status is not None else None)
+            await self.call(self.write, list(action.events), patch)  # one thread for both
+        return loop.Written(action)
+
+    def write(self, events: list[loop.PendingEvent], patch: dict | None) -> None:
+        """(In a thread) the Events, then the status patch."""
+        if events:
+            kube_events.post_events(dict(self.body), events)
+        if patch is not None:
+            objects.patch_status("trials", self.namespace, self.name, patch)
+
+    async def wait_wake(self, action: loop.WaitWake) -> loop.Woken:
+        return loop.Woken(await self.waker.wait(action.timeout))
+
+    async def pause(self, action: loop.Pause) -> loop.Nothing:
+        await asyncio.sleep(action.seconds)
+        return loop.Nothing()
+
+    async def crash(self, action: loop.Crash) -> loop.Nothing:
+        raise RuntimeError(action.message)
+
+    async def done(self, action: Any) -> loop.Nothing:
+        return loop.Nothing()
+
+    async def delete_pod(self, action: loop.DeletePod) -> loop.Nothing:
+        await self.call(objects.delete_pod, self.namespace, action.pod)
+        return loop.Nothing()
+
+    async def remove_pods(self, action: loop.RemovePods) -> loop.Nothing:
+        for name in action.pods:
+            await self.call(objects.delete_pod, self.namespace, name)
+        return loop.Nothing()
+
+    async def create_pod_object(self, action: loop.CreatePodObject) -> loop.PodCreated:
+        plan = self.plan
+        assert plan is not None
+        await self.call(objects.ensure_configmap_once, build_runner_configmap(self.namespace))
+        names = [s.name for s in plan.steps]
+        index = (names.index(action.step) + 1
+                 if plan.multi_step and action.role == loop.machine.Role.VERIFIER else None)
+        name = pod_name_for(self.body, action.role, index, self.status.attempt)
+        manifest = build_trial_pod(self.body, plan, action.role, action.step, name,
+                                   probe_image_for(plan, self.settings.probe_image),
+                                   self.settings.runner_image)
+        if self.gate is not None:
+            manifest = self.gate.pod(manifest)  # the admitted flavor's node labels
+        created = await self.call(objects.create_pod, manifest)
+        self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
+        return loop.PodCreated(action.role, name, manifest["spec"]["containers"][0]["image"],
+                               manifest["metadata"]["labels"].get(LABEL_NETWORK))
+
+    async def service_logs(self, action: loop.ServiceLogs) -> loop.ServiceLogsRead:
+        """The docker-compose sidecars' logs, kept with the trial's logs before its pod goes."""
+        plan, logs = self.plan, {}
+        if plan is None or plan.environment.compose is None:
+            return loop.ServiceLogsRead({})
+        limit = plan.log_limit_bytes
+        for service in plan.environment.compose.service_names:
+            text = await self.call(objects.container_log, self.namespace, action.pod, service,
+                                   limit)
+            if text:
+                logs[service_log_key(service)] = truncate_log(text, len(text.encode()), limit)
+        return loop.ServiceLogsRead(logs)
+
+    # ------------------------------------------------------------ Kueue
+
+    async def admit(self, action: loop.Admit) -> loop.Admitted:
+        assert self.plan is not None
+        return loop.Admitted(self.gate is None or await self.gate.admit(self.plan))
+
+    async def preempt(self, action: loop.Preempt) -> loop.Nothing:
+        await self.gate.preempt(self.plan, action.evicted)
+        return loop.Nothing()
+
+    async def release_workloads(self, action: loop.ReleaseWorkloads) -> loop.Nothing:
+        if self.gate is not None:
+            await self.gate.release()
+        return loop.Nothing()
+
+    # ------------------------------------------------------------ network policies
+
+    async def apply_network(self, action: loop.ApplyNetwork
+                            ) -> loop.NetworkApplied | loop.NetworkRefused:
+        """The trial's NetworkPolicies (and FQDN policies), else the namespace's baseline."""
+        plan = self.plan
+        assert plan is not None and plan.network is not None
+        settings = self.network or NetworkSettings()
+        try:
+            if action.own:
+                objects_ = build_network_objects(
+                    self.body, list(plan.network.policies.values()), settings,
+                    plan.network.model_policies, plan.network.model_peer)
+                await self.call(kube_network.apply_network_objects, objects_)
+            else:  # public throughout: the namespace's shared policies are all it needs
+                await self.call(kube_network.ensure_namespace_baseline,
+                                build_namespace_baseline(self.namespace, settings))
+        except ApiException as e:
+            return loop.NetworkRefused(e.status, str(e.reason), error_body(e),
+                                       is_server_error(e))
+        return loop.NetworkApplied(settings.fqdn_backend)
+
+    async def label_pod(self, action: loop.LabelPod) -> loop.Labelled:
+        ok = await self.call(kube_network.label_pod, self.namespace, action.pod,
+                             {LABEL_NETWORK: action.key})
+        return loop.Labelled(action.pod, action.key, action.why, bool(ok))
+
+    # ------------------------------------------------------------ execs
+
+    def _reply(self, kind: str, reply: kube_runner.Reply, started: float,
+               events: tuple = ()) -> loop.ExecReply:
+        return loop.ExecReply(kind, reply.state, reply.text, reply.error, reply.exit_code,
+                              reply.stdout, time.monotonic() - started, events)
+
+    async def put_secrets(self, action: loop.PutSecrets) -> loop.ExecReply:
+        """The agent's Secret files copied into its drop by the pod's `secrets` container (the
+        operator never reads a Secret, no value is on a command line)."""
+        started = time.monotonic()
+        reply = await self.exec_call(kube_runner.put_secrets, self.namespace, action.pod,
+                                     action.phase)
+        return self._reply("secrets", reply, started)
+
+    async def stop_phase(self, action: loop.StopPhase) -> loop.ExecReply:
+        assert self.plan is not None
+        started = time.monotonic()
+        reply = await self.exec_call(kube_runner.stop, self.namespace, action.pod,
+                                     action.phase, self.plan.log_limit_bytes)
+        return self._reply("stop", reply, started)
+
+    async def run_exec(self, action: loop.RunExec) -> loop.ExecReply:
+        plan = self.plan
+        assert plan is not None
+        started, limit, pod = time.monotonic(), plan.log_limit_bytes, action.pod
+        if action.command != "launch":
+            if action.wait:
+                reply = await self.waiting(pod, kube_runner.result, self.namespace, pod,
+                                           action.phases[0], limit, action.wait)
+            else:
+                reply = await self.exec_call(kube_runner.result, self.namespace, pod,
+                                             action.phases[0], limit)
+            return self._reply("exec", reply, started)
+        bundles, events = [], []
+        for phase_id in action.phases:
+            bundle = await self.bundle(phase_id, plan.phase(phase_id), events)
+            if isinstance(bundle, kube_runner.Reply):
+                return self._reply("exec", bundle, started, tuple(events))
+            bundles.append((phase_id, bundle))
+        uid, attempt = self.body["metadata"].get("uid") or "", self.status.attempt
+        if len(bundles) == 1:
+            base = self.status.pod_process_base if pod == self.status.pod_name else None
+            reply = await self.exec_call(kube_runner.launch, self.namespace, pod,
+                                         action.phases[0], bundles[0][1], limit,
+                                         launch_key(uid, attempt, action.phases[0]), base)
+        else:
+            reply = await self.exec_call(kube_runner.chain, self.namespace, pod,
+                                         [(p, launch_key(uid, attempt, p))
+                                          for p in action.phases],
+                                         build_chain_bundle(bundles), limit)
+        return self._reply("exec", reply, started, tuple(events))
+
+    async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:
+        """A waiting exec, dropped when `drop_wait` says so after a wake (the trial is
+        cancelled or its pod is going): the answer is then `gone`, and the driver looks again.
+        A dropped exec ends in its pod by itself."""
+        future = asyncio.ensure_future(self.exec_call(fn, *args))
+        while True:
+            woken = asyncio.ensure_future(self.waker.wait(None))
+            done, _ = await asyncio.wait({future, woken}, return_when=asyncio.FIRST_COMPLETED)
+            if future in done:
+                woken.cancel()
+                return future.result()
+            if self.drop_wait(pod_name):
+                future.add_done_callback(lambda f: f.exception())  # nobody reads it
+                return kube_runner.Reply("gone", error="the wait was dropped: the trial "
+                                         "was cancelled or its pod is going")
+
+    # ------------------------------------------------------------ artifacts
+
+    async def _read_artifacts(self, pod: str) -> kube_runner.Reply:
+        """The tar the collect phase packed in the environment pod (bounded by the limit)."""
+        runner = self.pod_runners.get(pod)
+        current = runner is None or runner == runner_configmap_name()
+        return await self.exec_call(kube_runner.artifacts, self.namespace, pod, ARTIFACT_LIMIT,
+                                    ARTIFACTS_TAR, current)
+
+    async def read_artifacts(self, action: loop.ReadArtifacts) -> loop.ExecReply:
+        started = time.monotonic()
+        return self._reply("artifacts", await self._read_artifacts(action.pod), started)
+
+    async def save_artifacts(self, action: loop.SaveArtifacts) -> loop.Nothing:
+        """Kept in ConfigMaps of the trial's before the pod goes (cleaned when the verifier is
+        set up, as when read from the pod), with the step's compose sidecar evidence."""
+        data = concat_tars(action.data, await self.sidecar_evidence(action.pod, action.step))
+        if data:
+            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, data))
+        return loop.Nothing()
+
+    async def kept_artifacts(self) -> bytes | None:
+        first = await self.call(kube_artifacts.load, self.namespace,
+                                [artifacts_configmap_name(self.name, 0)])
+        if not first:
+            return None
+        names = [artifacts_configmap_name(self.name, i) for i in range(1, parts_of(first[0]))]
+        rest = await self.call(kube_artifacts.load, self.namespace, names) if names else []
+        if rest is None:
+            return None
+        return b"".join(part_bytes(cm) for cm in [*first, *rest])
+
+    async def bundle(self, phase_id: str, phase: PhaseSpec, events: list
+                     ) -> bytes | kube_runner.Reply:
+        """The phase's bundle; a separate verifier's first phase also carries the agent
+        environment's artifacts, packed by the collect phase (read now, so a restarted
+        operator simply reads them again) and cleaned here (`render.artifact_bundle`). The
+        failed read's reply when that exec did not run; Events of what was left out."""
+        script = phase.script
+        if isinstance(script, VerifierEnvironmentScript):
+            pod = self.status.pod_name
+            if pod:
+                reply = await self._read_artifacts(pod)
+                if reply.exit_code is None:
+                    return reply  # the exec did not run: this attempt failed
+                raw = reply.stdout if reply.state == "ok" else None
+                problem = reply.error if reply.state != "ok" else ""
+                evidence = await self.sidecar_evidence(pod, phase.step)
+                if evidence:
+                    raw = concat_tars(raw or b"", evidence)
+            else:  # stopped before the last step's verifier: what was kept from it
+                pod = "the environment pod (stopped)"
+                raw = await self.kept_artifacts()
+                problem = "" if raw is not None else "none were kept before it was stopped"
+            clean: CleanArtifacts | None = None
+            if raw is not None:
+                try:
+                    clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
+                except ArtifactsRefused as e:
+                    problem, clean = str(e), None
+            if problem and clean is not None:
+                self.logger.warning(f"no artifacts from {pod}'s main container: {problem}")
+            if clean is not None:
+                phase = replace(phase, payload={**phase.payload, "artifacts.tar": clean.tar})
+                if clean.skipped:
+                    shown = "; ".join(clean.skipped[:5]) + (
+                        f"; and {len(clean.skipped) - 5} more" if len(clean.skipped) > 5 else "")
+                    events.append(("Warning", Reason.ARTIFACTS_SKIPPED,
+                                   f"artifacts left out for the verifier: {shown}"[:1000]))
+            else:
+                self.logger.warning(f"no artifacts from {pod}: {problem}")
+                events.append(("Warning", Reason.ARTIFACTS_SKIPPED,
+                               f"no artifacts for the verifier: {problem}"[:1000]))
+        return build_phase_bundle(phase_id, phase)
+
+    async def sidecar_evidence(self, pod: str, step: str | None) -> bytes:
+        """The step's docker-compose sidecar evidence for its separate verifier: each
+        sidecar's collect hooks, then its artifacts copied out (best effort, as Harbor's
+        collection: a failure is logged, never fails the trial)."""
+        if self.plan is None:
+            return b""
+        parts = []
+        for evidence in self.plan.step(step).sidecar_evidence:
+            for hook in evidence.hooks:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_hook_argv(hook),
+                                             hook.timeout_sec)
+                if reply.state != "ok":
+                    self.logger.warning(f"collect hook in {evidence.service} of {pod} "
+                                        f"failed (ignored): {reply.error}")
+            for artifact in evidence.artifacts:
+                reply = await self.exec_call(kube_runner.exec_in, self.namespace, pod,
+                                             evidence.service, sidecar_artifact_argv(artifact),
+                                             EXEC_TIMEOUT_SEC, ARTIFACT_LIMIT)
+                if reply.state == "ok":
+                    parts.append((artifact, reply.stdout))
+                else:
+                    self.logger.warning(f"artifact {artifact.source} of {evidence.service} in "
+                                        f"{pod} not collected: {reply.error}")
+        return merge_sidecar_tars(parts) if parts else b""

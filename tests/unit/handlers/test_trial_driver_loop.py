@@ -1,0 +1,161 @@
+"""The trial driver's loop (`TrialDriver.loop`: decide, apply, absorb) against a fake of its own
+executor interface (`handlers.trial_executor`: one method per `trial_loop` action, each
+returning an observation): no cluster, no Kubernetes API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from shipyard.api.models import TrialStatus
+from shipyard.api.reasons import Reason
+from shipyard.handlers.trial_driver import TrialDriver, now
+from shipyard.plan.settings import OperatorSettings
+from shipyard.reconcile import trial_loop as loop
+from shipyard.reconcile import trial_machine as machine
+from shipyard.reconcile.pod_observation import PodObservation, observe_pod
+from tests.unit.helpers import T0, iso, plan_for, pod, runner_text, trial_body
+
+LOG = logging.getLogger("test")
+STARTED = iso(T0)
+
+
+def running_line() -> str:
+    return f"state=running started={STARTED}"
+
+
+def done_line(reward: bool) -> str:
+    text = f"state=done rc=0 timed_out=0 started={STARTED} finished={STARTED} result=1"
+    files = {"output": b"ok"}
+    if reward:
+        files["/logs/verifier/reward.txt"] = b"1"
+    return runner_text(text, files)
+
+
+class FakeExecutor:
+    """Pods in a dict; a runner that starts every launched phase and finishes it when its
+    result is asked for. `fail_execs`: how many execs answer `failed` first (no runner)."""
+
+    def __init__(self, fail_execs: int = 0, secrets_missing: bool = False) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self.writes: list[TrialStatus | None] = []
+        self.events: list[str] = []
+        self.fail_execs = fail_execs
+        self.status = TrialStatus()
+        self.plan = self.gate = self.network = None
+        self.drop_wait = None
+        self.pod_runners: dict[str, str] = {}
+
+    async def call(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    def apply(self, action: loop.Action):
+        self.calls.append(type(action).__name__)
+        assert len(self.calls) < 500, self.calls[-20:]  # a loop that never ends
+        return getattr(self, {
+            loop.Observe: "observe", loop.Flush: "flush", loop.WaitWake: "wait_wake",
+            loop.Pause: "pause", loop.ApplyNetwork: "apply_network",
+            loop.CreatePodObject: "create_pod_object", loop.RunExec: "run_exec",
+            loop.DeletePod: "delete_pod", loop.RemovePods: "remove_pods",
+            loop.ReleaseWorkloads: "nothing", loop.FetchPod: "fetch_pod",
+        }[type(action)])(action)
+
+    def _seen(self, name: str | None) -> PodObservation:
+        return observe_pod(self.pods.get(name)) if name else PodObservation.absent()
+
+    async def observe(self, action: loop.Observe) -> loop.PodsSeen:
+        return loop.PodsSeen(self._seen(self.status.pod_name),
+                             self._seen(self.status.verifier_pod_name))
+
+    async def fetch_pod(self, action: loop.FetchPod) -> loop.PodFetched:
+        return loop.PodFetched(self._seen(action.pod))
+
+    async def flush(self, action: loop.Flush) -> loop.Written:
+        self.writes.append(action.status)
+        self.events += [reason for _, _, reason, _ in action.events]
+        return loop.Written(action)
+
+    async def wait_wake(self, action: loop.WaitWake) -> loop.Woken:
+        return loop.Woken(False)
+
+    async def pause(self, action: loop.Pause) -> loop.Nothing:
+        return loop.Nothing()
+
+    async def nothing(self, action: Any) -> loop.Nothing:
+        return loop.Nothing()
+
+    async def apply_network(self, action: loop.ApplyNetwork) -> loop.NetworkApplied:
+        return loop.NetworkApplied()
+
+    async def create_pod_object(self, action: loop.CreatePodObject) -> loop.PodCreated:
+        name = f"t-{action.role.value}-{len(self.pods)}"
+        self.pods[name] = pod(ready=True)
+        return loop.PodCreated(action.role, name, "python:3.12-slim", "public")
+
+    async def delete_pod(self, action: loop.DeletePod) -> loop.Nothing:
+        self.pods.pop(action.pod, None)
+        return loop.Nothing()
+
+    async def remove_pods(self, action: loop.RemovePods) -> loop.Nothing:
+        for name in action.pods:
+            self.pods.pop(name, None)
+        return loop.Nothing()
+
+    async def run_exec(self, action: loop.RunExec) -> loop.ExecReply:
+        if self.fail_execs:
+            self.fail_execs -= 1
+            return loop.ExecReply("exec", "failed", error="no route to the kubelet")
+        if action.command == "launch":
+            if len(action.phases) > 1:
+                text = "".join(f"=== {p}\n{running_line()}\n" for p in action.phases)
+            else:
+                text = running_line() + "\n"
+            return loop.ExecReply("exec", "ok", text, exit_code=0)
+        phase = self.plan.phase(action.phases[0])
+        return loop.ExecReply("exec", "ok", done_line(phase.name == "verifier"), exit_code=0)
+
+
+def drive(executor: FakeExecutor, status: TrialStatus | None = None, **spec: Any
+          ) -> TrialDriver:
+    spec = {"agent": {"name": "oracle"}, **spec}
+    plan = plan_for(**spec)
+    body = trial_body(**spec)
+    driver = TrialDriver(body, LOG, OperatorSettings(), executor=executor)
+    start = machine.start(status or TrialStatus(), plan, "sha256:d", 1, now())
+    driver.state = loop.take(driver.state, start)
+    asyncio.run(asyncio.wait_for(driver.loop(plan), 10))
+    return driver
+
+
+def test_a_trial_runs_to_its_reward_through_the_executor() -> None:
+    executor = FakeExecutor()
+    driver = drive(executor)
+    status = driver.status
+    assert status.phase == "Completed" and status.reward == 1
+    assert executor.writes[-1] == status  # the end is on record
+    assert executor.pods == {}  # its pods went after it
+    assert executor.calls.count("CreatePodObject") == 1
+    assert Reason.STARTED in executor.events
+    # The launch of task code was on record before it was sent.
+    launches = [i for i, c in enumerate(executor.calls) if c == "RunExec"]
+    first_write = executor.calls.index("Flush")
+    assert first_write < launches[0]
+    assert executor.writes[0].task_code_sent == [status.pod_name]
+
+
+def test_an_unanswered_exec_is_retried_then_the_trial_goes_on() -> None:
+    executor = FakeExecutor(fail_execs=2)
+    driver = drive(executor)
+    assert driver.status.phase == "Completed"
+    assert executor.calls.count("Pause") == 2  # a backoff after each failed exec
+
+
+def test_a_pod_that_never_answers_fails_the_attempt_as_lost() -> None:
+    executor = FakeExecutor(fail_execs=1000)
+    driver = drive(executor)
+    status = driver.status
+    assert status.phase == "Failed"
+    assert machine.terminal_condition(status).reason == Reason.POD_LOST
+    assert "FetchPod" in executor.calls  # looked at the pod before deciding
