@@ -181,6 +181,9 @@ func supervise(id string) {
 	// Files changed since (less the kernel's coarse timestamp granularity) are the phase's.
 	began := time.Now().Add(-10 * time.Millisecond)
 	p, s := phaseDir(id), stateDir(id)
+	// Its own PID on record before anything of the phase runs (the launcher writes it too,
+	// once this process exists): `status` finds a supervisor that was killed.
+	writeFile(s+"/supervisor", fmt.Sprintf("%d\n", os.Getpid()))
 	_, spec := assignments(p + "/spec")
 	isOwn := spec["OWN"] == "1"
 	secrets := spec["SECRETS"] == "1"
