@@ -1026,6 +1026,7 @@ def test_secrets_a_phase_wrote_anywhere_are_scrubbed_once_it_ends(runner: Runner
     app.mkdir()
     older = app / "older.txt"
     older.write_text(f"kept {value}\n")
+    time.sleep(0.2)  # well before the phase (the kernel's file times are coarse)
     big = app / "big.bin"
     command = (f'echo "key=$API_KEY" > "{app}/config.txt"; touch -d 2001-01-01 "{app}/config.txt"\n'
                f'head -c 1048570 /dev/zero > "{big}"; printf %s "$API_KEY" >> "{big}"\n'
