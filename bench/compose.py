@@ -28,7 +28,7 @@ from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
-from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY  # noqa: E402
+from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, client_tls_dir  # noqa: E402
 from layout import Layout  # noqa: E402
 
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
@@ -38,6 +38,7 @@ OPERATOR_ENV = {
     "SHIPYARD_BUILD_REGISTRY": f"{REGISTRY}/shipyard-bench",
     "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
     "SHIPYARD_BUILDKIT_ADDR": BUILDKIT_ADDR,
+    "SHIPYARD_BUILDKIT_TLS_DIR": str(client_tls_dir(Layout.default())),
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
 }

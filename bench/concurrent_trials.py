@@ -87,6 +87,7 @@ class Arm:
     rss_mib: float | None = None
     apiserver: int | None = None  # apiserver_request_total delta, every client
     cpu: dict[str, float] | None = None  # CPU seconds on the node while the arm ran (local)
+    operator_cpu: float | None = None  # the operator process's own CPU seconds meanwhile
     unfinished: list[str] = field(default_factory=list)  # where each unfinished trial stood
     stages: dict[str, list[float]] = field(default_factory=dict)  # see `stages`
     programs: int | None = None  # execve in the arm's pods (bench/execcount.py)
@@ -410,6 +411,15 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def process_cpu(pid: int) -> float | None:
+    """A process's user + system CPU seconds so far (/proc/PID/stat); None when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_operator(kubeconfig: str, namespace: str) -> tuple[subprocess.Popen, Path]:
     """The operator of this checkout, serving only `namespace`; its log file."""
     log = Path(tempfile.mkdtemp()) / "operator.log"
@@ -539,6 +549,7 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False,
         time.sleep(0.5)
         before_api = apiserver_requests(kubeconfig)
         before_cpu = node_cpu()
+        before_operator = process_cpu(operator.pid)
         began = time.monotonic()
 
         def create(i: int) -> None:
@@ -554,6 +565,9 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False,
             arm.note = f"only {len(done)} of {args.n} finished in {args.timeout:.0f}s"
             arm.unfinished = where_unfinished(custom, core, namespace, done)
         arm.cpu = cpu_delta(before_cpu, node_cpu())
+        after_operator = process_cpu(operator.pid)
+        if before_operator is not None and after_operator is not None:
+            arm.operator_cpu = after_operator - before_operator
         arm.wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
         time.sleep(1.5)  # the operator's last requests land in the counts file
         if counter is not None:
@@ -730,6 +744,9 @@ def table(arms: list[Arm]) -> str:
         ("node CPU s/trial (all / pods)",
          [f"{a.per_trial(a.cpu['node']):.2f}/{a.per_trial(a.cpu.get('pods', 0)):.2f}"
           if a.cpu else "-" for a in ran]),
+        ("operator CPU s/trial", [fmt(a.per_trial(a.operator_cpu)
+                                     if a.operator_cpu is not None else None, ".3f")
+                                     for a in ran]),
         ("peak RSS of the client (MiB)", [fmt(a.rss_mib, ".0f") for a in ran]),
         ("apiserver requests/trial (all clients)",
          [fmt(a.per_trial(a.apiserver) if a.apiserver is not None else None) for a in ran]),

@@ -32,7 +32,7 @@ from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
-from imagebuilds import BUILDKIT_ADDR, REGISTRY, buildctl  # noqa: E402
+from imagebuilds import REGISTRY, buildctl, tcp_client_args  # noqa: E402
 from layout import Layout  # noqa: E402
 from operator_defaults import DEFAULTS  # noqa: E402
 
@@ -48,7 +48,7 @@ def build(ctx: Path, ref: str) -> float:
     cache = ref.rsplit(":", 1)[0] + ":buildcache"
     began = time.monotonic()
     subprocess.run(
-        [buildctl(Layout.default()), "--addr", BUILDKIT_ADDR, "build",
+        [buildctl(Layout.default()), *tcp_client_args(Layout.default()), "build",
          "--frontend", "dockerfile.v0", "--local", f"context={ctx}",
          "--local", f"dockerfile={ctx}", "--output", f"type=image,name={ref},push=true",
          "--export-cache", f"type=registry,ref={cache},mode=max",
@@ -78,8 +78,8 @@ def buildctl_figures(runs: int) -> tuple[list[float], list[float]]:
             ref = f"{REGISTRY}/shipyard-bench/trivial:{nonce[:16]}"
             cold.append(build(ctx, ref))
             delete_image(ref)
-            subprocess.run([buildctl(Layout.default()), "--addr", BUILDKIT_ADDR, "prune",
-                            "--all"], check=True, capture_output=True)
+            subprocess.run([buildctl(Layout.default()), *tcp_client_args(Layout.default()),
+                            "prune", "--all"], check=True, capture_output=True)
             warm.append(build(ctx, ref))
     return cold, warm
 

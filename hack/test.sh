@@ -71,6 +71,9 @@ python hack/examples.py --check
 section "helm lint and helm template (hack/helm.sh --check-chart)"
 bash hack/helm.sh --check-chart
 
+section "Grafana's dashboard schema, cached (hack/grafana_schema.py)"
+python hack/grafana_schema.py
+
 # ------------------------------------------------------------------ cluster
 if [ -n "${SHIPYARD_TEST_KUBECONFIG:-}" ] || [ "${SHIPYARD_USE_EXISTING_CLUSTER:-}" = 1 ]; then
     section "cluster: using the configured existing cluster"

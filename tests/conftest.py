@@ -38,7 +38,19 @@ LOCAL_KUBECONFIG = (
     Path(os.environ.get("SHIPYARD_LOCALCLUSTER_DIR", "/var/lib/shipyard-localcluster"))
     / "kubeconfig"
 )
+# buildkitd's TCP address takes only the build Jobs' certificate (hack/localcluster/pki.py).
+BUILDKIT_TLS_DIR = (
+    Path(os.environ.get("SHIPYARD_LOCALCLUSTER_DIR", "/var/lib/shipyard-localcluster"))
+    / "pki" / "buildkit" / "client-secret"
+)
 CLUSTER_DIRS = ("integration", "e2e")
+
+
+def buildkit_client() -> list[str]:
+    """buildctl's global flags for the local cluster's buildkitd (mutual TLS)."""
+    return ["--addr", "tcp://127.0.0.1:1234", "--tlscacert", str(BUILDKIT_TLS_DIR / "ca.crt"),
+            "--tlscert", str(BUILDKIT_TLS_DIR / "tls.crt"),
+            "--tlskey", str(BUILDKIT_TLS_DIR / "tls.key")]
 TEST_NAMESPACE_LABEL = "shipyard.dev/test-namespace"
 # Test namespaces are `<prefix>-<hex>`; the checkout operator serves `<prefix>-*`. Two test runs on
 # one cluster at once (e.g. two worktrees) keep apart with different prefixes.

@@ -3,13 +3,16 @@ a Dockerfile build in the cluster (Shipyard's `ImageBuild` Jobs run `buildctl` a
 
 Both run as host processes, like containerd, rather than as pods: buildkitd must be privileged and
 must reach the registry on the host's loopback (where the kubelet pulls from, over plain HTTP with
-no containerd change) and the Debian archive and PyPI for `RUN` steps; as host processes they need
+no containerd change); its `RUN` steps do not run on the host's network but on a build network of
+their own that reaches the outside world only (buildnet.py); as host processes they need
 no image of their own, are up before any test namespace, and `down` stops them by pid with the
 rest. The chart ships buildkitd as a Deployment + Service for real clusters instead.
 
 - `registry` (CNCF distribution v3) on 127.0.0.1:5055, storage in the cache (kept across `down`);
-- `buildkitd` (v0.34.2, OCI worker, host network) on a unix socket and tcp 127.0.0.1:1234, with
-  mirrors so that `FROM python:3.12-slim` or `ghcr.io/...` resolve to the local registry;
+- `buildkitd` (v0.34.2, OCI worker, CNI build network) on a unix socket (for `up`) and tcp
+  127.0.0.1:1234 with mutual TLS: a CA of its own (pki.ensure_buildkit_pki), whose client
+  certificate only build Jobs get; mirrors so that `FROM python:3.12-slim` or `ghcr.io/...`
+  resolve to the local registry;
 - the builder image `localhost/shipyard/buildctl:<version>` (busybox + buildctl) for build Jobs.
 
 Both binaries come from the Go module proxy through the small wrapper modules in ./buildkit and
@@ -34,9 +37,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import buildnet
 from images import Image, _busybox_rootfs, build_archive, ensure_imported
 from kuberouter import BuildError
 from layout import HERE, IMAGE_DEBIAN, Layout
+from pki import buildkit_pki, ensure_buildkit_pki
 
 BUILDKIT_VERSION = "v0.34.2"  # keep in step with buildkit/go.mod
 REGISTRY_VERSION = "v3.1.2"  # keep in step with registry/go.mod
@@ -236,6 +241,7 @@ def buildkit_sock(layout: Layout) -> Path:
 
 
 def write_configs(layout: Layout) -> None:
+    ensure_build_network(layout)
     registry_config(layout).write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
@@ -243,19 +249,39 @@ def write_configs(layout: Layout) -> None:
         "  delete: {enabled: true}\n"
         f"http: {{addr: '{REGISTRY}'}}\n"
     )
+    buildkitd_config(layout).write_text(_buildkitd_config_text(layout))
+
+
+def _buildkitd_config_text(layout: Layout) -> str:
     mirrors = "".join(
         f'[registry."{host}"]\n  mirrors = ["{mirror}"]\n' for host, mirror in MIRRORS.items()
     )
-    buildkitd_config(layout).write_text(
+    tls = buildkit_pki(layout.pki)
+    return (
         f'root = "{layout.state / "buildkit"}"\n'
         "[grpc]\n"
         f'  address = ["unix://{buildkit_sock(layout)}", "{BUILDKIT_ADDR}"]\n'
+        # mTLS on the TCP listener; the unix socket (no TLS) stays for `up`'s own seed builds.
+        "  [grpc.tls]\n"
+        f'    cert = "{tls / "server.crt"}"\n    key = "{tls / "server.key"}"\n'
+        f'    ca = "{tls / "ca.crt"}"\n'
         "[worker.oci]\n  enabled = true\n  gc = true\n  gckeepstorage = 10000\n"
-        '  networkMode = "host"\n'
+        # RUN steps in a network namespace of their own on the build bridge (buildnet.py).
+        '  networkMode = "cni"\n'
+        f'  cniConfigPath = "{buildnet.cni_config_path(layout)}"\n'
+        '  cniBinaryPath = "/usr/lib/cni"\n  cniPoolSize = 4\n'
         "[worker.containerd]\n  enabled = false\n"
         f'[registry."{REGISTRY}"]\n  http = true\n  insecure = true\n'
         + mirrors
     )
+
+
+def ensure_build_network(layout: Layout) -> None:
+    """The build bridge's CNI config, its firewall chain and buildkitd's certificates
+    (idempotent; on every `up`, also when the running cluster is reused)."""
+    ensure_buildkit_pki(layout.pki)
+    buildnet.write_config(layout)
+    buildnet.apply()
 
 
 def registry_argv(layout: Layout) -> list[str]:
@@ -266,8 +292,40 @@ def buildkitd_argv(layout: Layout) -> list[str]:
     return [str(buildkit_dir(layout) / "buildkitd"), "--config", str(buildkitd_config(layout))]
 
 
+def buildkitd_started_config(layout: Layout) -> Path:
+    """A copy of the configuration the running buildkitd started with."""
+    return layout.run / "buildkitd.toml.started"
+
+
+def record_buildkitd_config(layout: Layout) -> None:
+    buildkitd_started_config(layout).write_text(buildkitd_config(layout).read_text())
+
+
+def buildkitd_config_current(layout: Layout) -> bool:
+    """False when buildkitd runs with an older configuration than the one written now (for
+    example host network and plain TCP): `up` restarts it once."""
+    try:
+        return (buildkitd_started_config(layout).read_text()
+                == buildkitd_config(layout).read_text())
+    except FileNotFoundError:
+        return False
+
+
 def buildctl(layout: Layout) -> str:
     return str(buildkit_dir(layout) / "buildctl")
+
+
+def client_tls_dir(layout: Layout) -> Path:
+    """The build Jobs' certificate, key and CA, named as in a TLS Secret
+    (SHIPYARD_BUILDKIT_TLS_DIR)."""
+    return buildkit_pki(layout.pki) / "client-secret"
+
+
+def tcp_client_args(layout: Layout) -> list[str]:
+    """buildctl's global flags for buildkitd's TCP address (mutual TLS)."""
+    d = client_tls_dir(layout)
+    return ["--addr", BUILDKIT_ADDR, "--tlscacert", str(d / "ca.crt"),
+            "--tlscert", str(d / "tls.crt"), "--tlskey", str(d / "tls.key")]
 
 
 # ---------------------------------------------------------------- health

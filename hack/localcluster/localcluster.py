@@ -30,18 +30,22 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+import buildnet
 import clusterdns
 import kueue
 import mirrors
 import operator_defaults
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
+    buildkitd_config_current,
     buildkitd_healthy,
     ensure_binaries,
     ensure_builder_image,
     ensure_seeds,
+    record_buildkitd_config,
     registry_healthy,
 )
+from imagebuilds import write_configs as write_build_configs
 from images import IMAGES, ensure_imported
 from kubeproxy import kube_proxy_cleanup_argv
 from kuberouter import (
@@ -218,6 +222,8 @@ def start(layout: Layout, name: str, argv: list[str], pids: dict[str, int]) -> N
     )
     pids[name] = proc.pid
     layout.pids.write_text(json.dumps(pids))
+    if name == "buildkitd":
+        record_buildkitd_config(layout)
 
 
 def _path() -> str:
@@ -409,7 +415,8 @@ def up() -> int:
 
 def update_in_place(layout: Layout) -> bool:
     """A running cluster whose components' command lines changed since it started (for example
-    a component was added): restart or start just those, keeping etcd, containerd and the pods.
+    a component was added), or whose buildkitd configuration did: restart or start just those,
+    keeping etcd, containerd and the pods.
     True when the cluster runs as configured now (or was brought there); False when it needs a
     full start (nothing runs, or etcd/containerd are not as configured)."""
     pids = read_pids(layout)
@@ -421,9 +428,12 @@ def update_in_place(layout: Layout) -> bool:
         for c in wanted
     ):
         return False
+    ensure_pki(layout.pki)
+    write_build_configs(layout)  # buildkitd's file: a change of it restarts buildkitd too
     stale = [
         c for c in wanted
         if c.name not in pids or not alive(pids[c.name]) or _cmdline(pids[c.name]) != c.argv
+        or (c.name == "buildkitd" and not buildkitd_config_current(layout))
     ]
     if not stale:
         return True
@@ -602,7 +612,7 @@ def clean_host(layout: Layout) -> None:
             for d in sorted(found, key=lambda p: -len(p.parts)):
                 _rmdir(d)
     # A fresh etcd and kubelet state for the next `up`; certificates and images are kept.
-    for d in ("etcd", "kubelet", "kubelet-pki", "cni/ipam"):
+    for d in ("etcd", "kubelet", "kubelet-pki", "cni/ipam", "buildkit-cni/ipam"):
         shutil.rmtree(layout.state / d, ignore_errors=True)
 
 
@@ -621,6 +631,7 @@ def down_quietly(layout: Layout) -> None:
     for name in ("buildkitd", "registry"):
         if name in pids:
             stop_pid(pids.pop(name), 10)
+    buildnet.cleanup()
     if "kube-router" in pids:
         stop_pid(pids.pop("kube-router"), 5)
     kube_router_cleanup(layout)

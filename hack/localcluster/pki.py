@@ -61,6 +61,42 @@ def ensure_pki(pki: Path) -> None:
             _issue(pki, cert)
 
 
+# buildkitd's mTLS: a CA of its own, so that no cluster certificate (admin, kubelet, ...) is a
+# build client; the client certificate goes only into build Jobs (operator setting
+# SHIPYARD_BUILDKIT_TLS_DIR -> a Secret per ImageBuild).
+BUILDKIT_SERVER_NAMES = ["localhost", "buildkitd"]
+BUILDKIT_CERTS = [
+    Cert("server", "/CN=buildkitd", server=True, client=False),
+    Cert("client", "/CN=shipyard-build-job"),
+]
+
+
+def buildkit_pki(pki: Path) -> Path:
+    return pki / "buildkit"
+
+
+def ensure_buildkit_pki(pki: Path) -> Path:
+    """buildkitd's CA, serving certificate and the build Jobs' client certificate; the dir."""
+    d = buildkit_pki(pki)
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "ca.crt").exists():
+        _openssl("genrsa", "-out", "ca.key", "2048", cwd=d)
+        _openssl(
+            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
+            "-subj", "/CN=shipyard-localcluster-buildkit-ca", "-out", "ca.crt", cwd=d,
+        )
+    for cert in BUILDKIT_CERTS:
+        if not (d / f"{cert.name}.crt").exists():
+            _issue(d, cert, BUILDKIT_SERVER_NAMES, ["127.0.0.1"])
+    # The names a Kubernetes TLS Secret uses, for SHIPYARD_BUILDKIT_TLS_DIR.
+    client = d / "client-secret"
+    client.mkdir(exist_ok=True)
+    for src, dst in (("ca.crt", "ca.crt"), ("client.crt", "tls.crt"), ("client.key", "tls.key")):
+        (client / dst).write_bytes((d / src).read_bytes())
+        (client / dst).chmod(0o600)
+    return d
+
+
 def _lacks_server_names(pki: Path, cert: Cert) -> bool:
     """A serving certificate issued before a name or IP was added to SERVER_NAMES/SERVER_IPS."""
     if not cert.server:
@@ -75,7 +111,8 @@ def _lacks_server_names(pki: Path, cert: Cert) -> bool:
     return not wanted <= have
 
 
-def _issue(pki: Path, cert: Cert) -> None:
+def _issue(pki: Path, cert: Cert, names: list[str] = SERVER_NAMES,
+           ips: list[str] = SERVER_IPS) -> None:
     usages = []
     if cert.server:
         usages.append("serverAuth")
@@ -87,7 +124,7 @@ def _issue(pki: Path, cert: Cert) -> None:
         f"extendedKeyUsage={','.join(usages)}",
     ]
     if cert.server:
-        alt = [f"DNS:{n}" for n in SERVER_NAMES] + [f"IP:{ip}" for ip in SERVER_IPS]
+        alt = [f"DNS:{n}" for n in names] + [f"IP:{ip}" for ip in ips]
         ext.append("subjectAltName=" + ",".join(alt))
     (pki / f"{cert.name}.ext").write_text("\n".join(ext) + "\n")
     _openssl("genrsa", "-out", f"{cert.name}.key", "2048", cwd=pki)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shipyard.plan.settings import LOCAL_PROBE_IMAGE
-from tests.conftest import TEST_NAMESPACE_PREFIX
+from tests.conftest import BUILDKIT_TLS_DIR, TEST_NAMESPACE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
@@ -159,8 +159,13 @@ LOCAL_BUILD_ENV = {
     "SHIPYARD_BUILD_REGISTRY": f"{LOCAL_REGISTRY}/shipyard-tests",
     "SHIPYARD_BUILD_REGISTRY_INSECURE": "1",
     "SHIPYARD_BUILDKIT_ADDR": "tcp://127.0.0.1:1234",
+    # buildkitd takes only clients with this certificate (mTLS; hack/localcluster/pki.py).
+    "SHIPYARD_BUILDKIT_TLS_DIR": str(BUILDKIT_TLS_DIR),
     "SHIPYARD_BUILDER_IMAGE": "localhost/shipyard/buildctl:v0.34.2",
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    # The local cluster's pod CIDR and build network (hack/localcluster/operator_defaults.py):
+    # `public` trial pods are kept out of them.
+    "SHIPYARD_CLUSTER_CIDRS": "10.88.0.0/16,10.89.0.0/16",
     # The probe container for trials with long timeouts (the local cluster's busybox).
     "SHIPYARD_PROBE_IMAGE": LOCAL_PROBE_IMAGE,
 }

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import buildkit_client
 from tests.e2e.conftest import GROUP, LOCAL_REGISTRY, VERSION, brief, condition
 
 pytestmark = pytest.mark.usefixtures("local_builds")
@@ -316,7 +317,7 @@ def test_rebuild_after_the_image_and_buildkits_cache_are_gone_hits_the_registry_
     assert manifest_status(ref) == 404
     cache = Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache" / "shipyard"))
     buildctl = str(cache / "buildkit-v0.34.2" / "buildctl")
-    subprocess.run([buildctl, "--addr", "tcp://127.0.0.1:1234", "prune", "--all"],
+    subprocess.run([buildctl, *buildkit_client(), "prune", "--all"],
                    check=True, capture_output=True, timeout=120)
     shipyard.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "tasks", "cachehit")
     deadline = time.monotonic() + 60

@@ -222,11 +222,6 @@ def test_high_priority_trial_preempts_a_low_one_which_requeues_and_completes(shi
     shipyard.task("gpu", task_files(REWARD, toml_extra=GPU_TOML, agent_timeout=120))
     agent = {"name": "command", "command": "sleep 8; echo ok > /app/done"}
     labelled_trial(shipyard, "low", "gpu", agent, priority=low)
-
-    def agent_running(t):
-        return any(p["name"] == "agent" and p.get("startedAt") for p in
-                   t.get("status", {}).get("phases", []))
-
     first_pod = shipyard.wait("low", timeout=90, until=agent_running)["status"]["podName"]
     labelled_trial(shipyard, "high", "gpu", agent, priority=high)
     requeued = shipyard.wait("low", timeout=60, until=lambda t: t.get("status", {}).get(
@@ -283,6 +278,95 @@ def test_operator_killed_while_queued_loses_and_duplicates_nothing(operator, shi
     assert second["status"]["queue"]["workload"] == workload  # found again, not a second one
     reasons = [e.reason for e in shipyard.events("second")]
     assert reasons.count("Queued") == 1 and reasons.count("Admitted") == 1, reasons
+
+
+def agent_running(trial: dict[str, Any]) -> bool:
+    return any(p["name"] == "agent" and p.get("startedAt") for p in
+               trial.get("status", {}).get("phases", []))
+
+
+def evicted(workload: dict[str, Any]) -> bool:
+    return any(c["type"] in ("Evicted", "Preempted") and c["status"] == "True"
+               for c in (workload.get("status") or {}).get("conditions") or [])
+
+
+def test_operator_killed_during_preemption_loses_and_duplicates_nothing(operator, shipyard,
+                                                                        queues):
+    """The operator is SIGKILLed the moment Kueue evicts the low-priority trial's Workload
+    (the trial still has its pod; its attempt is not recorded yet, or only just) and started
+    again: the low trial is re-queued once, its first attempt recorded once, and both trials
+    complete; never two GPU pods at once with a quota of one."""
+    queues.setup(gpus=1, preemption=True)
+    low, high = queues.priority("low", 10), queues.priority("high", 1000)
+    shipyard.task("gpu", task_files(REWARD, toml_extra=GPU_TOML, agent_timeout=120))
+    agent = {"name": "command", "command": "sleep 8; echo ok > /app/done"}
+    labelled_trial(shipyard, "low", "gpu", agent, priority=low)
+    first_pod = shipyard.wait("low", timeout=90, until=agent_running)["status"]["podName"]
+    (first_workload,) = [w["metadata"]["name"] for w in workloads_of(shipyard, "low")]
+    labelled_trial(shipyard, "high", "gpu", agent, priority=high)
+    deadline = time.monotonic() + 60
+    while not any(evicted(w) for w in workloads_of(shipyard, "low")
+                  if w["metadata"]["name"] == first_workload):
+        assert time.monotonic() < deadline, "Kueue did not evict the low trial"
+        time.sleep(0.05)
+    operator.kill()
+    at_kill = shipyard.get("trials", "low")["status"]
+    time.sleep(3)
+    operator.start()
+    most, pods_seen = 0, set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        pods = trial_pods(shipyard)
+        most = max(most, len({owner(p) for p in pods}))
+        pods_seen |= {(owner(p), p.metadata.name) for p in pods}
+        trials = [shipyard.get("trials", n) for n in ("low", "high")]
+        if all(t.get("status", {}).get("phase") in ("Completed", "Failed") for t in trials):
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"not finished: {[t.get('status') for t in trials]}")
+    done_low, done_high = trials
+    assert done_high["status"]["reward"] == 1.0, done_high["status"]
+    assert done_high["status"]["attempts"] == []
+    assert done_low["status"]["phase"] == "Completed", done_low["status"]
+    assert done_low["status"]["reward"] == 1.0
+    assert done_low["status"]["attempt"] == 2, (done_low["status"], at_kill)
+    (record,) = done_low["status"]["attempts"]
+    assert record["reason"] == "Preempted" and record["podName"] == first_pod
+    assert done_low["status"]["queue"]["preemptions"] == 1
+    assert most <= 1, f"{most} GPU trials had pods at once with a quota of 1"
+    assert len({name for trial, name in pods_seen if trial == "low"} - {first_pod}) <= 1
+    reasons = [e.reason for e in shipyard.events("low")]
+    assert reasons.count("Preempted") == 1 and reasons.count("Admitted") == 2, reasons
+    deadline = time.monotonic() + 30
+    while workloads_of(shipyard, "low") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not workloads_of(shipyard, "low"), "a Workload of the low trial was left behind"
+
+
+def test_keep_pods_releases_the_workload_and_its_quota_while_the_pods_remain(shipyard, queues):
+    """A trial with keepPods keeps its (idle) pod after its end, but its Workload goes at once:
+    with a GPU quota of one, the next GPU trial is admitted and runs while the first's pod is
+    still there."""
+    queues.setup(gpus=1)
+    shipyard.task("gpu", task_files(REWARD, solve_sh="echo ok > /app/done\n",
+                                    toml_extra=GPU_TOML))
+    pods = []
+    for name in ("kept-1", "kept-2"):
+        labelled_trial(shipyard, name, "gpu", keepPods=True)
+        done = shipyard.wait(name, timeout=180)
+        assert done["status"]["reward"] == 1.0, done["status"]
+        pods.append(done["status"]["podName"])
+        deadline = time.monotonic() + 30
+        while workloads_of(shipyard, name) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not workloads_of(shipyard, name), f"{name}'s Workload still holds the quota"
+    # kept-2 was admitted (quota 1) while kept-1's pod was still there; both pods remain
+    for pod in pods:
+        found = shipyard.core.read_namespaced_pod(pod, shipyard.namespace)
+        assert found.metadata.deletion_timestamp is None, pod
+    second = shipyard.get("trials", "kept-2")
+    assert second["status"]["attempts"] == [] and second["status"]["queue"]["clusterQueue"]
 
 
 def test_two_namespaces_in_one_cohort_share_the_gpus_fairly(shipyard, queues, core_v1,

@@ -365,3 +365,144 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
     finally:
         viewer.terminate()
         viewer.wait(20)
+
+
+# ---------------------------------------------------------------- a pytest task's verifier reports
+
+PYTEST_DOCKERFILE = """FROM python:3.12-slim
+RUN pip install --no-cache-dir --retries 2 --timeout 30 pytest==8.4.2 pytest-json-ctrf==0.3.6
+WORKDIR /app
+"""
+# As Harbor's own task template (`harbor tasks init`'s pytest tests): a CTRF report beside the
+# reward; this one also keeps the tests' stderr apart (`-s`: not captured by pytest).
+PYTEST_TEST_SH = """#!/bin/bash
+if pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA -s \\
+    2> /logs/verifier/test-stderr.txt; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+echo "graded by pytest" >&2
+"""
+PYTEST_TESTS = """import sys
+from pathlib import Path
+
+
+def test_answer():
+    print("checking the answer", file=sys.stderr)
+    assert Path("/app/answer.txt").read_text().strip() == "42"
+
+
+def test_always():
+    assert True
+"""
+
+
+@pytest.fixture(scope="module")
+def pytest_job(cluster, crds, operator, core_v1, custom_objects, tmp_path_factory
+               ) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A Sweep of one pytest-graded task (its image built with pytest and pytest-json-ctrf),
+    oracle and nop, exported with `sweep results -o`."""
+    from kubernetes import client
+
+    if not cluster.local:
+        pytest.skip("builds the task's image with the local cluster's buildkitd")
+    ns = f"{TEST_NAMESPACE_PREFIX}-ctrf-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
+    try:
+        custom_objects.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Task", "metadata": {"name": "pyt"},
+            "spec": {"source": {"inline": {"files": {
+                "task.toml": '[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 120\n'
+                             '[environment]\nbuild_timeout_sec = 600\nworkdir = "/app"\n',
+                "instruction.md": "Write 42 to /app/answer.txt.\n",
+                "environment/Dockerfile": PYTEST_DOCKERFILE,
+                "solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n",
+                "tests/test.sh": PYTEST_TEST_SH,
+                "tests/test_outputs.py": PYTEST_TESTS}}}}})
+        create_sweep(custom_objects, ns, "pyt", tasks={"names": ["pyt"]},
+                     agents=[{"name": "oracle"}, {"name": "nop"}], attempts=1, parallelism=2)
+        sweep = wait_sweep(custom_objects, ns, "pyt", lambda s: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in (s.get("status") or {}).get("conditions") or []), timeout=900)
+        jobs = tmp_path_factory.mktemp("ctrf") / "jobs"
+        ok(shipyard_cli(cluster, "sweep", "results", "pyt", "-o", str(jobs), "-n", ns))
+        yield jobs, sweep
+    finally:
+        core_v1.delete_namespace(ns)
+
+
+def test_a_pytest_tasks_export_has_its_ctrf_report_and_stderr(pytest_job) -> None:
+    jobs, sweep = pytest_job
+    assert sweep["status"]["counts"]["completed"] == 2, sweep["status"]
+    by_agent = {}
+    for trial_dir in (p for p in (jobs / "pyt").iterdir() if p.is_dir()):
+        result = json.loads((trial_dir / "result.json").read_text())
+        by_agent[result["agent_info"]["name"]] = (trial_dir, result)
+    assert set(by_agent) == {"oracle", "nop"}
+    for agent, passed in (("oracle", 2), ("nop", 1)):
+        trial_dir, result = by_agent[agent]
+        assert result["verifier_result"]["rewards"] == {"reward": 1 if agent == "oracle" else 0}
+        ctrf = json.loads((trial_dir / "verifier" / "ctrf.json").read_text())
+        summary = ctrf["results"]["summary"]
+        assert (summary["tests"], summary["passed"]) == (2, passed), summary
+        assert {t["name"].rsplit("::", 1)[-1] for t in ctrf["results"]["tests"]} == {
+            "test_answer", "test_always"}
+        stderr = (trial_dir / "verifier" / "test-stderr.txt").read_text()
+        stdout = (trial_dir / "verifier" / "test-stdout.txt").read_text()
+        assert "passed" in stdout and "graded by pytest" in stdout
+        assert stderr == "checking the answer\n"  # the tests' own stderr, apart
+        assert "graded by pytest" not in stderr  # the file pytest's stderr went to, alone
+
+
+@pytest.mark.optin
+def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
+    """Harbor 0.25's models load the exported trials, and its viewer's verifier-output
+    endpoint returns the CTRF report and stderr (as `harbor view` serves them)."""
+    jobs, _ = pytest_job
+    python = harbor_python()
+    port = free_port()
+    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
+                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/api/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "harbor view did not start"
+                time.sleep(0.5)
+        check = subprocess.run([python, "-c", HARBOR_REPORTS_CHECK, base, "pyt", str(jobs)],
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stderr[-3000:]
+        seen = json.loads(check.stdout)
+        assert len(seen) == 2, seen
+        for trial in seen.values():
+            assert trial["ctrf_tests"] == 2, trial
+            assert "checking the answer" in trial["stderr"] and "passed" in trial["stdout"]
+    finally:
+        viewer.terminate()
+        viewer.wait(20)
+
+
+HARBOR_REPORTS_CHECK = """
+import json, sys, urllib.request
+from pathlib import Path
+from harbor.models.trial.result import TrialResult
+base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return json.loads(r.read())
+out = {}
+for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
+    name = t["name"]
+    TrialResult.model_validate_json((jobs / job / name / "result.json").read_text())
+    v = get(f"/api/jobs/{job}/trials/{name}/verifier-output")
+    out[name] = {"ctrf_tests": json.loads(v["ctrf"])["results"]["summary"]["tests"],
+                 "stderr": v["stderr"], "stdout": v["stdout"]}
+print(json.dumps(out))
+"""

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.conftest import buildkit_client
+
 REGISTRY = "127.0.0.1:5055"
 CACHE = Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache" / "shipyard"))
 BUILDCTL = CACHE / "buildkit-v0.34.2" / "buildctl"
@@ -58,7 +60,7 @@ def test_buildkitd_builds_through_the_mirror_and_the_kubelet_pulls_it(tmp_path, 
         f"RUN python -c 'print(\"{nonce}\")' > /nonce && pip --version\n"
         'CMD ["cat", "/nonce"]\n')
     ref = f"{REGISTRY}/shipyard-tests/it:{nonce[:12]}"
-    subprocess.run([str(BUILDCTL), "--addr", "tcp://127.0.0.1:1234", "build",
+    subprocess.run([str(BUILDCTL), *buildkit_client(), "build",
                     "--frontend", "dockerfile.v0", "--local", f"context={tmp_path}",
                     "--local", f"dockerfile={tmp_path}",
                     "--output", f"type=image,name={ref},push=true"],

@@ -54,7 +54,8 @@ app.kubernetes.io/part-of: shipyard
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
-{{/* What the operator may do in a namespace it serves. No Secrets: trial pods mount the
+{{/* What the operator may do in a namespace it serves. Secrets: create only, for the
+     buildkitd client certificate of each build Job (builds.buildkitd.tls); trial pods mount the
      Secrets a Trial names, the operator never reads them. */}}
 {{- define "shipyard.namespacedRules" -}}
 - apiGroups: [shipyard.dev]
@@ -81,6 +82,11 @@ app.kubernetes.io/part-of: shipyard
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, patch, update]
+{{- if and (eq .Values.builds.backend "buildkit") .Values.builds.buildkitd.tls.enabled }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+{{- end }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

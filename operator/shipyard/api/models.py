@@ -98,6 +98,11 @@ class TaskStatus(Model):
     digest: str | None = None
     summary: TaskSummary | None = None
     images: dict[str, ImageStatus] = {}
+    validated: str | None = Field(
+        default=None, description="What the verdict in Ready was reached on: a hash of the "
+        "spec (whose bundle ConfigMap names are content-addressed), the operator's version "
+        "and the settings validation reads. An operator that starts finds it unchanged and "
+        "does not load and validate the task again.")
 
 
 # ---------------------------------------------------------------- ImageBuild

@@ -26,6 +26,7 @@ from shipyard.api.conventions import (
 from shipyard.api.reasons import HarborError
 from shipyard.api.sweep import SweepSpec
 from shipyard.cli.formatting import parse_time
+from shipyard.plan.phases import VERIFIER_REPORTS
 from shipyard.plan.sweep import dataset_name, expand, trial_body
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
@@ -44,6 +45,7 @@ from shipyard.reconcile.sweep_status import (
     slot_views,
 )
 
+VERIFIER_REPORT_NAMES = tuple(p.rsplit("/", 1)[-1] for p in VERIFIER_REPORTS)
 DATASET = "adhoc"  # Harbor's name for trials that belong to no dataset
 
 
@@ -290,7 +292,8 @@ def job_document(results: list[dict[str, Any]], stats: dict[str, Any], now: date
 def harbor_log_path(key: str, agent: str) -> str | None:
     """Where a logs ConfigMap key goes in Harbor's trial directory (None: nowhere)."""
     names = {"agent.log": f"agent/{agent}.txt", "agent.trajectory.json": "agent/trajectory.json",
-             "verifier.log": "verifier/test-stdout.txt"}
+             "verifier.log": "verifier/test-stdout.txt",
+             **{f"verifier.{n}": f"verifier/{n}" for n in VERIFIER_REPORT_NAMES}}
     for suffix, path in names.items():
         if key == suffix:
             return path
@@ -308,7 +311,8 @@ def _reward_file(rewards: Mapping[str, Any]) -> tuple[str, str]:
 def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> dict[str, str]:
     """A trial directory as Harbor lays it out, relative path → text: result.json, the
     rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
-    ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json` and `verifier/test-stdout.txt`."""
+    ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json`, `verifier/test-stdout.txt` and,
+    when the test script wrote them, `verifier/test-stderr.txt` and `verifier/ctrf.json`."""
     files = {"result.json": json.dumps(result, indent=2) + "\n"}
     if result.get("config"):  # Harbor's TrialConfig: the viewer's trial config page
         files["config.json"] = json.dumps(result["config"], indent=2) + "\n"

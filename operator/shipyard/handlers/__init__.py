@@ -1,2 +1,3 @@
-"""Thin kopf glue: read the object and the cluster (through `shipyard.kube`), ask a pure layer
-what to do, apply it. No decisions of their own; the only layer that imports `kopf`."""
+"""The kopf registrations only: each resource's watch events, timers and daemons, handed to
+`shipyard.runtime` (drivers, daemons, the wake registry). No decisions and no state of their
+own; resource handlers do not import each other (`lint-imports`)."""

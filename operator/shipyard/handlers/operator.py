@@ -14,18 +14,16 @@ from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 # Importing registers the handlers with kopf.
 from shipyard.handlers import (  # noqa: F401
     admission,
-    config,
     image_builds,
-    metrics,
     pod_watch,
     sweeps,
     tasks,
-    trial_tasks,
     trials,
 )
-from shipyard.handlers.executor import MeasuredExecutor, execs
-from shipyard.handlers.leader import Leadership
 from shipyard.kube.client import requests_made
+from shipyard.runtime import config, metrics, trial_tasks
+from shipyard.runtime.executor import MeasuredExecutor, execs
+from shipyard.runtime.leader import Leadership
 
 _executor: MeasuredExecutor | None = None
 

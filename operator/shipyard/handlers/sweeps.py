@@ -1,76 +1,19 @@
-"""kopf handlers for Sweeps: a daemon per Sweep creates the missing Trials of its plan within
-the limits and writes its status; Trial and Sweep events wake it.
-
-Nothing here is state: the index of a Sweep's Trials is a cache of the API (listed when the
-daemon starts and every few minutes, then kept current by kopf's Trial watch and by our own
-creates), so a restarted operator rebuilds it and goes on where the Trials are. A create that
-answers 409 means the cache missed a Trial: it is listed again before anything else is created.
-"""
+"""kopf registrations for Sweeps: a daemon per unsettled Sweep (`runtime.sweeps`), woken by its
+Trials' and its own events, and by Task events in its namespace (`runtime.wake`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from shipyard.api.compat import known_fields
-from shipyard.api.conditions import carried, changed, event_key
-from shipyard.api.conventions import (
-    LABEL_SWEEP,
-    iso,
-    owner_name,
-    owner_references,
-    parse_time,
-    selector_string,
-    sweep_selector,
-)
-from shipyard.api.models import GROUP, VERSION, Condition
-from shipyard.api.reasons import Reason
-from shipyard.api.sweep import SweepSpec, SweepStatus
-from shipyard.handlers import config, metrics
-from shipyard.kube import events as kube_events
+from shipyard.api.conventions import LABEL_SWEEP, owner_name
+from shipyard.api.models import GROUP, VERSION
 from shipyard.kube import sweeps as kube
-from shipyard.plan.sweep import expand, trial_body
-from shipyard.reconcile.sweep_status import (
-    ObservedTrial,
-    admit,
-    is_settled,
-    newer,
-    observe,
-    pause_after,
-    resolve_tasks,
-    sweep_status,
-    wakes,
-    write_delay,
-)
-
-TASKS_REFRESH = 300.0  # Task events wake the Sweeps; this is only a safety net
-RESYNC = 300.0  # the Sweep's Trials are listed again after this long
-IDLE_WAIT = 60.0
-PENDING_RECHECK = 5.0
-
-
-@dataclass
-class SweepIndex:
-    """The Trials of one Sweep as last seen, and the event that wakes its daemon."""
-
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    trials: dict[str, ObservedTrial] = field(default_factory=dict)
-    tasks_changed: bool = True
-
-    def put(self, trial: ObservedTrial | None) -> None:
-        if trial is not None and newer(self.trials.get(trial.name), trial):
-            self.trials[trial.name] = trial
-
-
-_index: dict[tuple[str, str], SweepIndex] = {}
+from shipyard.reconcile.sweep_status import is_settled, observe, wakes
+from shipyard.runtime import sweeps, wake
 
 
 def _owner(body: kopf.Body) -> str | None:
@@ -80,33 +23,31 @@ def _owner(body: kopf.Body) -> str | None:
 @kopf.on.event(GROUP, VERSION, "trials", labels={LABEL_SWEEP: kopf.PRESENT})
 async def sweep_trial_changed(event: dict[str, Any], body: kopf.Body, namespace: str,
                               name: str, **_: Any) -> None:
-    index = _index.get((namespace, _owner(body) or ""))
+    owner = _owner(body) or ""
+    index = sweeps.index_of(namespace, owner)
     if index is None:
         return  # its Sweep's daemon lists the Trials when it starts
     if event.get("type") == "DELETED":
         index.trials.pop(name, None)
-        index.event.set()
+        wake.wake(wake.SWEEP, namespace, owner)
         return
     before = index.trials.get(name)
     index.put(observe(body))
     if wakes(before, index.trials.get(name)):
-        index.event.set()
+        wake.wake(wake.SWEEP, namespace, owner)
 
 
 @kopf.on.event(GROUP, VERSION, "sweeps")
 async def sweep_changed(namespace: str, name: str, **_: Any) -> None:
-    index = _index.get((namespace, name))
-    if index is not None:
-        index.event.set()
+    wake.wake(wake.SWEEP, namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "tasks")
 async def sweep_task_changed(namespace: str, **_: Any) -> None:
     """A Task came, went or was validated: the namespace's Sweeps look at their tasks again."""
-    for (ns, _name), index in _index.items():
-        if ns == namespace:
-            index.tasks_changed = True
-            index.event.set()
+    for index in sweeps.indexes_in(namespace):
+        index.tasks_changed = True
+    wake.wake_all(wake.SWEEP, namespace)
 
 
 @kopf.on.cleanup()
@@ -124,152 +65,5 @@ def _unsettled(meta: dict[str, Any], status: dict[str, Any], **_: Any) -> bool:
              initial_delay=0)
 async def run_sweep(body: kopf.Body, namespace: str, name: str, logger: logging.Logger,
                     stopped: kopf.DaemonStopped, **_: Any) -> None:
-    index = _index.setdefault((namespace, name), SweepIndex())
-    try:
-        await SweepDriver(body, namespace, name, index, logger).run(stopped)
-    finally:
-        _index.pop((namespace, name), None)
-        metrics.sweep_queued(namespace, name, None)
+    await sweeps.run(body, namespace, name, logger, stopped)
 
-
-class SweepDriver:
-    """Reads (the live Sweep body, the cached Trials, the Tasks), asks the pure layers what
-    to create and what the status is, and applies that."""
-
-    def __init__(self, body: kopf.Body, namespace: str, name: str, index: SweepIndex,
-                 logger: logging.Logger) -> None:
-        self.body, self.namespace, self.name = body, namespace, name
-        self.index, self.logger = index, logger
-        self.settings = config.current()
-        self.tasks: list[dict[str, Any]] = []
-        self.tasks_at = self.synced_at = -1e9
-        self.written: dict[str, Any] | None = None
-        self.written_at = -1e9
-        self.generation: int | None = None
-        self.computed = 0.0  # seconds the last pass spent in the pure layers (on the loop)
-
-    async def run(self, stopped: kopf.DaemonStopped) -> None:
-        # Stopped (the Sweep deleted, the operator stopping): leave at once, so that kopf
-        # takes its finalizer off the Sweep before a stopping operator is gone.
-        stopping = asyncio.create_task(_until(stopped))
-        try:
-            await self.resync()
-            while not stopped:
-                with metrics.reconciling("sweep"):
-                    wait = await self.reconcile()
-                woken = asyncio.create_task(self.index.event.wait())
-                await asyncio.wait({woken, stopping}, timeout=wait,
-                                   return_when=asyncio.FIRST_COMPLETED)
-                woken.cancel()
-                self.index.event.clear()
-                if not stopped:  # let a burst of Trial events land first
-                    await asyncio.sleep(pause_after(self.computed))
-        finally:
-            stopping.cancel()
-
-    async def resync(self) -> None:
-        items = await asyncio.to_thread(kube.list_trials, self.namespace,
-                                        selector_string(sweep_selector(self.name)))
-        seen = set()
-        for item in items:
-            trial = observe(item)
-            if trial is not None and _owned_by(item, self.body):
-                seen.add(trial.name)
-                self.index.put(trial)
-        for gone in set(self.index.trials) - seen:
-            self.index.trials.pop(gone, None)
-        self.synced_at = time.monotonic()
-
-    async def reconcile(self) -> float:
-        """One pass; returns how long to wait at most before the next."""
-        sweep = {"metadata": dict(self.body.get("metadata", {})),
-                 "spec": dict(self.body.get("spec", {})),
-                 "status": dict(self.body.get("status") or {})}
-        now = datetime.now(UTC)
-        try:
-            spec = SweepSpec.model_validate(known_fields(SweepSpec, sweep["spec"]))
-        except ValidationError as exc:
-            return await self.invalid(sweep, exc, now)
-        generation = sweep["metadata"].get("generation")
-        clock = time.monotonic()
-        if (self.index.tasks_changed or clock - self.tasks_at > TASKS_REFRESH
-                or generation != self.generation):
-            self.index.tasks_changed = False
-            self.tasks = await asyncio.to_thread(kube.list_tasks, self.namespace)
-            self.tasks_at, self.generation = clock, generation
-        if clock - self.synced_at > RESYNC:
-            await self.resync()
-        created = parse_time(sweep["metadata"].get("creationTimestamp")) or now
-        began = time.perf_counter()
-        tasks = resolve_tasks(spec, self.tasks, (now - created).total_seconds(),
-                              self.settings.task_wait_sec)
-        slots = expand([t.name for t in tasks], spec)
-        admitted = admit(spec, slots, tasks, list(self.index.trials.values()))
-        self.computed = time.perf_counter() - began
-        for slot, gen in admitted:
-            made = await asyncio.to_thread(kube.create_trial, self.namespace,
-                                           trial_body(sweep, spec, slot, gen))
-            if made is None:  # the cache missed it: list again before creating more
-                await self.resync()
-                return 0.0
-            self.index.put(observe(made))
-        began = time.perf_counter()
-        status = sweep_status(sweep, spec, tasks, slots, list(self.index.trials.values()), now)
-        wanted = status.model_dump(by_alias=True, mode="json")
-        unrunnable = {t.name for t in tasks if t.state in ("invalid", "missing")}
-        metrics.sweep_queued(self.namespace, self.name, 0 if spec.suspend else (
-            status.counts.planned - status.counts.created
-            - sum(1 for s in slots if s.task in unrunnable)))
-        self.computed += time.perf_counter() - began
-        wait = await self.write(sweep, wanted)
-        # a missing Task turns into errors when its wait is over: look again by then
-        return min(wait, PENDING_RECHECK) if any(t.state == "pending" for t in tasks) else wait
-
-    async def write(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> float:
-        """Write the status (as API dicts) when `write_delay` says so; returns the longest
-        wait before the next pass."""
-        written = self.written if self.written is not None else sweep["status"]
-        delay = write_delay(written, wanted, time.monotonic() - self.written_at,
-                            self.settings.sweep_status_interval_sec)
-        if delay is None:
-            return IDLE_WAIT
-        if delay > 0:
-            return delay
-        await asyncio.to_thread(self.announce, sweep, wanted)
-        await asyncio.to_thread(kube.write_status, self.namespace, self.name, wanted)
-        self.written, self.written_at = wanted, time.monotonic()
-        return IDLE_WAIT
-
-    def announce(self, sweep: dict[str, Any], wanted: dict[str, Any]) -> None:
-        """(In a thread, before the status it explains) an Event for each condition that
-        changed (bad input, suspended, complete)."""
-        before = (self.written or sweep["status"]).get("conditions")
-        for c in changed(before, wanted.get("conditions") or []):
-            if c["type"] == "TasksReady" and c["status"] == "True":
-                continue
-            warning = c["type"] == "Failed" or (c["type"] == "TasksReady"
-                                                and c["reason"] != Reason.WAITING_FOR_TASKS)
-            kube_events.post_event(
-                dict(self.body), "Warning" if warning else "Normal", c["reason"], c["message"],
-                key=event_key(c))
-
-    async def invalid(self, sweep: dict[str, Any], exc: ValidationError, now: datetime
-                      ) -> float:
-        problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors()[:5])
-        failed = carried(sweep["status"].get("conditions"), Condition(
-            type="Failed", status="True", reason=Reason.INVALID_SPEC, message=problems,
-            observed_generation=sweep["metadata"].get("generation")), iso(now))
-        status = SweepStatus(observed_generation=failed.observed_generation,
-                             conditions=[failed])
-        await self.write(sweep, status.model_dump(by_alias=True, mode="json"))
-        return IDLE_WAIT
-
-
-async def _until(stopped: kopf.DaemonStopped) -> None:
-    await stopped.wait()
-
-
-def _owned_by(trial: dict[str, Any], sweep: kopf.Body) -> bool:
-    uid = sweep.get("metadata", {}).get("uid")
-    return any(o.get("uid") == uid for o in owner_references(trial, "Sweep"))

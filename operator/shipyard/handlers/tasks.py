@@ -1,23 +1,17 @@
-"""kopf handlers for Tasks: validate the Harbor task and publish Ready, digest and summary."""
+"""kopf registrations for Tasks: validate the Harbor task and publish Ready, digest and summary
+(`runtime.tasks`); the watch keeps the Tasks' bodies for the trials (`runtime.task_files`)."""
 
 from __future__ import annotations
 
-import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import condition, iso, object_conditions
-from shipyard.api.models import GROUP, VERSION, TaskStatus
+from shipyard.api.conventions import condition
+from shipyard.api.models import GROUP, VERSION
 from shipyard.api.reasons import Reason
-from shipyard.handlers import config, metrics
-from shipyard.handlers.image_builds import ensure_task_images, refresh_task_images
-from shipyard.handlers.task_files import TaskUnavailable, load_task, remember
-from shipyard.kube import events as kube_events
-from shipyard.kube import objects
-from shipyard.reconcile import task_status as computed
-from shipyard.taskformat import runnable
+from shipyard.runtime import metrics, tasks
+from shipyard.runtime.task_files import remember
 
 RECHECK_SEC = 10.0
 
@@ -35,51 +29,26 @@ async def task_seen(event: dict[str, Any], body: kopf.Body, namespace: str, name
 
 
 @kopf.on.resume(GROUP, VERSION, "tasks")
+async def resume_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """At operator start: a Task validated before on the same spec, version and settings is
+    not loaded again (a big bundle is decompressed once per content, not once per start)."""
+    if tasks.already_validated(body):
+        return
+    await validate_task(body, patch)
+
+
 @kopf.on.create(GROUP, VERSION, "tasks")
 @kopf.on.update(GROUP, VERSION, "tasks", field="spec")
 async def validate_task(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     with metrics.reconciling("task"):
-        status, event = await task_status(body)
-        await write_status(body, status, event)
-
-
-async def write_status(body: kopf.Body, status: TaskStatus, event: tuple[str, str, str]
-                       ) -> None:
-    """The Event, then the status, written at once (not by kopf after the handler), then
-    refreshed from the ImageBuilds: a build that finished meanwhile is never missed."""
-    meta = body["metadata"]
-    type_, reason, message = event
-    await asyncio.to_thread(kube_events.post_event, dict(body), type_, reason, message,
-                            key=f"{meta.get('generation')}/{reason}/{message}")
-    await asyncio.to_thread(objects.patch_status, "tasks", meta["namespace"], meta["name"],
-                            status.model_dump(by_alias=True, mode="json"))
-    if any(c.type == "ImagesReady" for c in status.conditions):
-        await asyncio.to_thread(refresh_task_images, meta["namespace"], meta["name"])
+        status, event = await tasks.task_status(body)
+        await tasks.write_status(body, status, event)
 
 
 @kopf.timer(GROUP, VERSION, "tasks", interval=RECHECK_SEC, when=_bundle_missing)
 async def recheck_bundle(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """A Task whose bundle ConfigMap did not exist yet (applied after the Task, as GitOps
     tools may) becomes Ready once it appears."""
-    status, event = await task_status(body)
+    status, event = await tasks.task_status(body)
     if status.conditions[0].reason != Reason.BUNDLE_NOT_FOUND:
-        await write_status(body, status, event)
-
-
-async def task_status(body: kopf.Body) -> tuple[TaskStatus, tuple[str, str, str]]:
-    """The Task's status and the Event that announces it (`reconcile.task_status`)."""
-    generation = body["metadata"].get("generation")
-    previous = object_conditions(body)
-    now = iso(datetime.now(UTC))
-    try:
-        task = await asyncio.to_thread(load_task, dict(body))
-    except TaskUnavailable as e:
-        return computed.invalid(previous, generation, e.reason, e.message, now)
-    verdicts = runnable.verdicts(
-        task, bool(config.current().scheduling.pod_defaults.image_pull_secrets))
-    refused = runnable.refused_message(verdicts)
-    if refused is not None:  # it loads, but this operator will not run it: say so now
-        return computed.invalid(previous, generation, Reason.TASK_INVALID, refused, now)
-    status, event = computed.valid(previous, generation, task, now,
-                                   notes=[str(v) for v in verdicts])
-    return await ensure_task_images(dict(body), task, status), event
+        await tasks.write_status(body, status, event)

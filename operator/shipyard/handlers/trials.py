@@ -13,10 +13,9 @@ import kopf
 
 from shipyard.api.conventions import cancel_requested, is_finished_phase, parse_time
 from shipyard.api.models import GROUP, VERSION
-from shipyard.handlers import config, metrics, pod_watch, trial_tasks
-from shipyard.handlers.pod_watch import wake
-from shipyard.handlers.trial_driver import TrialDriver
 from shipyard.kube import objects
+from shipyard.runtime import config, metrics, pods, trial_tasks, wake
+from shipyard.runtime.trial_driver import TrialDriver
 
 
 def _unfinished(status: dict[str, Any], **_: Any) -> bool:
@@ -31,7 +30,7 @@ def _expiring(spec: dict[str, Any], status: dict[str, Any], **_: Any) -> bool:
 @kopf.on.event(GROUP, VERSION, "trials")
 async def trial_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str,
                       logger: logging.Logger, **_: Any) -> None:
-    """Each unfinished Trial gets a driver task (`shipyard.handlers.trial_tasks`); a cancel
+    """Each unfinished Trial gets a driver task (`shipyard.runtime.trial_tasks`); a cancel
     request wakes it, and it decides `Cancelled` and stops its pods."""
     with metrics.reconciling("trial"):
         _trial_event(event, dict(body), namespace, name, logger)
@@ -41,7 +40,7 @@ def _trial_event(event: dict[str, Any], raw: dict[str, Any], namespace: str, nam
                  logger: logging.Logger) -> None:
     if event.get("type") == "DELETED":
         trial_tasks.stop(namespace, name, (raw.get("metadata") or {}).get("uid", ""))
-        pod_watch.trial_gone(namespace, name)
+        pods.trial_gone(namespace, name)
         metrics.trial_gone(namespace, name)
         return
     metrics.trial_seen(namespace, name, raw)
@@ -49,12 +48,12 @@ def _trial_event(event: dict[str, Any], raw: dict[str, Any], namespace: str, nam
     unfinished = _unfinished(raw.get("status") or {})
     if not driven and unfinished:
         trial_tasks.start(namespace, name, raw, logger, drive, reread, give_up)
-    left = pod_watch.trial_seen(namespace, name, not unfinished,
+    left = pods.trial_seen(namespace, name, not unfinished,
                                 bool((raw.get("spec") or {}).get("keepPods")))
     if left and not driven:
-        pod_watch.remove_left_behind(namespace, name, left)
+        pods.remove_left_behind(namespace, name, left)
     if cancel_requested((raw.get("metadata") or {}).get("annotations")):
-        wake(namespace, name)
+        wake.wake(wake.TRIAL, namespace, name)
 
 
 async def drive(body: kopf.Body, logger: logging.Logger) -> None:

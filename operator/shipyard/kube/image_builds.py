@@ -61,8 +61,11 @@ def get_job(namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def create_job(job: dict[str, Any]) -> None:
-    """Create the build Job; an existing one (a restarted operator) is kept."""
+def create_job(job: dict[str, Any], secret: dict[str, Any] | None = None) -> None:
+    """Create the build Job (and first the Secret it mounts); existing ones (a restarted
+    operator) are kept."""
+    if secret is not None:
+        create_or_none(core().create_namespaced_secret, secret["metadata"]["namespace"], secret)
     create_or_none(_batch().create_namespaced_job, job["metadata"]["namespace"], job)
 
 

@@ -116,6 +116,33 @@ def apiserver_addresses() -> frozenset[str]:
     return _cached("apiserver", _apiserver)
 
 
+def _cluster_ranges() -> frozenset[str]:
+    """The nodes' pod CIDRs and addresses, and the Service CIDRs (ServiceCIDR objects)."""
+    found: set[str] = set()
+    try:
+        for node in core().list_node(limit=500).items:
+            found.update((node.spec.pod_cidrs or []) if node.spec else [])
+            for address in (node.status.addresses or []) if node.status else []:
+                if address.type in ("InternalIP", "ExternalIP"):
+                    found.add(address.address)
+    except ApiException as e:
+        if e.status != 403:
+            raise
+    try:
+        for cidr in client.NetworkingV1Api(api_client()).list_service_cidr().items:
+            found.update(cidr.spec.cidrs or [] if cidr.spec else [])
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
+    return frozenset(found)
+
+
+def cluster_ranges() -> frozenset[str]:
+    """What `public` trial pods must not reach besides the apiserver (cached): node addresses,
+    pod and Service CIDRs the cluster tells of."""
+    return _cached("cluster", _cluster_ranges)
+
+
 def apply_network_objects(objects: list[dict[str, Any]]) -> None:
     """Create the objects; existing ones are kept (a trial's policies never change)."""
     networking = client.NetworkingV1Api(api_client())

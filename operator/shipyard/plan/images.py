@@ -57,6 +57,10 @@ class ImageSettings:
     push_secret: str | None = None  # a dockerconfigjson Secret in the Task's namespace
     service_account: str | None = None  # the build Jobs' (e.g. Workload Identity) account
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    buildkit_tls_dir: str | None = None
+    """A directory with `ca.crt`, `tls.crt`, `tls.key` (a mounted TLS Secret): buildkitd's CA
+    and the build Jobs' client certificate. Each build Job gets them in a Secret of its own."""
+    buildkit_tls_server_name: str | None = None  # the name buildkitd's certificate carries
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ImageSettings:
@@ -84,6 +88,9 @@ class ImageSettings:
             push_secret=environ.get("SHIPYARD_BUILD_PUSH_SECRET") or None,
             service_account=environ.get("SHIPYARD_BUILD_SERVICE_ACCOUNT") or None,
             node_selector=selector,
+            buildkit_tls_dir=environ.get("SHIPYARD_BUILDKIT_TLS_DIR", "").strip() or None,
+            buildkit_tls_server_name=environ.get("SHIPYARD_BUILDKIT_TLS_SERVER_NAME",
+                                                 "").strip() or None,
         )
 
 

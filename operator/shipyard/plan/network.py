@@ -49,6 +49,8 @@ SETTING_ENV = {
     "dns_cidrs": "SHIPYARD_DNS_EGRESS_CIDRS",
     "ip_families": "SHIPYARD_IP_FAMILIES",
     "block_apiserver": "SHIPYARD_BLOCK_APISERVER",
+    "block_cluster": "SHIPYARD_BLOCK_CLUSTER_EGRESS",
+    "cluster_cidrs": "SHIPYARD_CLUSTER_CIDRS",
 }
 
 
@@ -136,6 +138,39 @@ class PhasePolicies:
         return self.by_key.items()
 
 
+def check_never_reached(phases: Mapping[str, NetworkPolicy], never: Iterable[str]) -> None:
+    """Raise `UnenforceablePolicy` for allowlist IP/CIDR entries that lie inside a range trial
+    pods never reach (the metadata servers, the apiserver): a task cannot open them. Entries
+    that merely contain such a range are kept, with the range excepted (`never_excepts`)."""
+    never_nets = [ip_network(c) for c in never]
+    problems: list[str] = []
+    entries: list[str] = []
+    for phase, policy in phases.items():
+        if policy.mode != "allowlist":
+            continue
+        for entry in ip_entries(policy):
+            net = ip_network(cidr_of(entry), strict=False)
+            inside = next((n for n in never_nets
+                           if n.version == net.version and net.subnet_of(n)), None)  # type: ignore[arg-type]
+            if inside is not None:
+                problems.append(f"{phase}: {entry} (in {inside.compressed})")
+                if entry not in entries:
+                    entries.append(entry)
+    if problems:
+        raise UnenforceablePolicy(
+            "allowed_hosts: trial pods never reach the metadata servers, the apiserver or the "
+            "nodes (SHIPYARD_BLOCKED_EGRESS_CIDRS, SHIPYARD_BLOCK_APISERVER, "
+            f"SHIPYARD_BLOCK_CLUSTER_EGRESS); refusing "
+            f"{'; '.join(problems)}", entries)
+
+
+def never_excepts(cidr: str, never: Iterable[str]) -> list[str]:
+    """The never-reached ranges inside an allowlist's `cidr`, for its ipBlock's `except`."""
+    net = ip_network(cidr, strict=False)
+    return [n for n in never if ip_network(n).version == net.version
+            and ip_network(n) != net and ip_network(n).subnet_of(net)]  # type: ignore[arg-type]
+
+
 def check_enforceable(phases: Mapping[str, NetworkPolicy], backend: FqdnBackend) -> None:
     """Raise `UnenforceablePolicy` naming every hostname entry when there is no FQDN backend.
 
@@ -170,6 +205,14 @@ class NetworkSettings:
     blocked_cidrs: tuple[str, ...] = DEFAULT_BLOCKED_CIDRS
     dns_cidrs: tuple[str, ...] = DEFAULT_DNS_CIDRS
     ip_families: frozenset[str] = frozenset(IP_FAMILIES)
+    block_cluster: bool = False
+    """`public` pods reach no pod outside their own namespace (the cluster's ranges are in
+    `blocked_cidrs`); False: every pod, as before SHIPYARD_BLOCK_CLUSTER_EGRESS."""
+    never_cidrs: tuple[str, ...] = DEFAULT_BLOCKED_CIDRS
+    """Never reached, not even by a task's allowlist: the metadata servers (the configured
+    blocked ranges), the apiserver's addresses and, kept out of the cluster, the nodes'. (An
+    allowlist may name pods, e.g. a model server: the pod and Service ranges are `public`'s
+    exceptions only.)"""
 
     def keeps(self, cidr: str) -> bool:
         """Whether rules for `cidr` are rendered (IPv6 blocks are left out on IPv4-only
@@ -202,6 +245,8 @@ class NetworkConfig:
     dns_cidrs: tuple[str, ...] = DEFAULT_DNS_CIDRS
     ip_families: frozenset[str] | None = None  # None: auto, the nodes' families
     block_apiserver: bool = True
+    block_cluster: bool = True
+    cluster_cidrs: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -225,20 +270,26 @@ class NetworkConfig:
                     f"{families_env}={raw!r}: expected auto, IPv4, IPv6 or IPv4,IPv6"
                 )
             families = frozenset(f for f in chosen if f)
-        block_env = SETTING_ENV["block_apiserver"]
-        raw_block = environ.get(block_env, "true").strip().lower()
-        if raw_block not in ("true", "false", "1", "0", "yes", "no"):
-            raise NetworkSettingError(f"{block_env}={environ[block_env]!r}: expected true or false")
-        return cls(backend or "auto", blocked, dns, families, raw_block in ("true", "1", "yes"))
+        cluster_env = SETTING_ENV["cluster_cidrs"]
+        return cls(backend or "auto", blocked, dns, families,
+                   _flag(environ, SETTING_ENV["block_apiserver"]),
+                   _flag(environ, SETTING_ENV["block_cluster"]),
+                   _cidrs(cluster_env, environ.get(cluster_env, "")))
 
     def resolve(self, discovered: Collection[str] = (),
                 node_families: Collection[str] = IP_FAMILIES,
-                apiserver: Collection[str] = ()) -> NetworkSettings:
+                apiserver: Collection[str] = (),
+                cluster: Collection[str] = ()) -> NetworkSettings:
         """`discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``),
         `node_families` the IP families of the nodes' addresses (for
         ``SHIPYARD_IP_FAMILIES=auto``, the default) and `apiserver` the apiserver's Service IP
         and endpoint addresses, blocked even under `public` (a trial pod has no business with
-        the cluster's API) unless ``SHIPYARD_BLOCK_APISERVER=false``."""
+        the cluster's API) unless ``SHIPYARD_BLOCK_APISERVER=false``. `cluster` holds the
+        cluster's own ranges and addresses (pod and Service CIDRs, node addresses, on each of
+        which a self-hosted apiserver, etcd or kubelet may answer): with
+        ``SHIPYARD_BLOCK_CLUSTER_EGRESS`` (the default) they and ``SHIPYARD_CLUSTER_CIDRS``
+        are blocked under `public` too, and pods are reached in the trial's own namespace
+        only."""
         backend = choose_fqdn_backend(self.fqdn_backend, discovered)
         families = self.ip_families
         if families is None:
@@ -246,9 +297,24 @@ class NetworkConfig:
                 IP_FAMILIES
             )
         blocked = self.blocked_cidrs
-        if self.block_apiserver:
+        if self.block_apiserver or self.block_cluster:
             blocked += tuple(c for c in _host_cidrs(apiserver) if c not in blocked)
-        return NetworkSettings(backend, blocked, self.dns_cidrs, families)
+        never = blocked
+        if self.block_cluster:  # the nodes' own addresses (a self-hosted apiserver's too)
+            never += tuple(c for c in _host_cidrs([a for a in cluster if "/" not in a])
+                           if c not in never)
+            for c in self.cluster_cidrs + _host_cidrs(cluster):
+                if c not in blocked:
+                    blocked += (c,)
+        return NetworkSettings(backend, blocked, self.dns_cidrs, families, self.block_cluster,
+                               never)
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    raw = environ.get(name, "true").strip().lower()
+    if raw not in ("true", "false", "1", "0", "yes", "no"):
+        raise NetworkSettingError(f"{name}={environ[name]!r}: expected true or false")
+    return raw in ("true", "1", "yes")
 
 
 def _host_cidrs(addresses: Collection[str]) -> tuple[str, ...]:
@@ -267,9 +333,11 @@ def settings_from_env(
     discovered: Collection[str] = (),
     node_families: Collection[str] = IP_FAMILIES,
     apiserver: Collection[str] = (),
+    cluster: Collection[str] = (),
 ) -> NetworkSettings:
     """Settings from the operator's environment, resolved against the cluster."""
-    return NetworkConfig.from_env(environ).resolve(discovered, node_families, apiserver)
+    return NetworkConfig.from_env(environ).resolve(discovered, node_families, apiserver,
+                                                   cluster)
 
 
 @dataclass(frozen=True)
@@ -369,14 +437,16 @@ def phases_by_description(plans: Mapping[str | None, Any]) -> dict[str, NetworkP
     return out
 
 
-def with_model_access(network: TrialNetwork, peer: ModelPeer) -> TrialNetwork:
+def with_model_access(network: TrialNetwork, peer: ModelPeer,
+                      public_reaches_pods: bool = True) -> TrialNetwork:
     """`network` with every agent phase also allowed to `peer`, whatever the task's network
-    mode (`public` already reaches every pod, so it is left as is)."""
+    mode (`public` is left as is when it reaches every pod: SHIPYARD_BLOCK_CLUSTER_EGRESS
+    false)."""
     model_policies: dict[str, NetworkPolicy] = {}
     steps = {}
     for step, plan in network.steps.items():
         policy = network.policies[plan.agent]
-        if policy.mode == "public":
+        if policy.mode == "public" and public_reaches_pods:
             steps[step] = plan
             continue
         key = plan.agent + MODEL_KEY_SUFFIX

@@ -52,6 +52,7 @@ from shipyard.plan.network import (
     TrialNetwork,
     UnenforceablePolicy,
     check_enforceable,
+    check_never_reached,
     phases_by_description,
     trial_network,
     with_model_access,
@@ -86,6 +87,13 @@ so no unprivileged process can swap it before the operator reads it."""
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TEST_STDOUT = "/logs/verifier/test-stdout.txt"
+TEST_STDERR = "/logs/verifier/test-stderr.txt"
+CTRF_JSON = "/logs/verifier/ctrf.json"
+"""Files a test script may write beside its reward (pytest's `--ctrf` report, its own stderr):
+kept with the trial's logs when present, exported where Harbor's viewer reads them."""
+VERIFIER_REPORTS = (TEST_STDERR, CTRF_JSON)
+REPORT_LIMIT_BYTES = 64 * 1024
+"""The most a verifier report keeps in the logs ConfigMap."""
 AGENT_LOGS = {
     "oracle": "/logs/agent/oracle.txt",
     "command": "/logs/agent/command.txt",
@@ -250,6 +258,8 @@ class TrialPlan:
     """The environment pod goes before the last step's separate verifier pod is created."""
     log_key_bytes: int = SchedulingSettings.log_limit_bytes
     """What each key of the logs ConfigMap keeps (`log_budget`)."""
+    report_key_bytes: int = REPORT_LIMIT_BYTES
+    """What each verifier report keeps there (`report_budget`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -428,6 +438,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         nodes=nodes,
         release_environment=(scheduling or SchedulingSettings()).release_environment,
         log_key_bytes=log_budget(phases, (scheduling or SchedulingSettings()).log_limit_bytes),
+        report_key_bytes=report_budget(phases),
     )
     refusal = capacity_refusal(plan)
     if refusal is not None:
@@ -520,6 +531,7 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
             ) from e
     try:
         check_enforceable(phases_by_description(plans), settings.fqdn_backend)
+        check_never_reached(phases_by_description(plans), settings.never_cidrs)
     except UnenforceablePolicy as e:
         raise PlanError(Reason.NETWORK_POLICY_UNENFORCEABLE, e.message) from e
     if installed is not None and not installed.bundled:
@@ -536,7 +548,8 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
     if installed is not None and endpoint is not None:
         net = with_model_access(net, ModelPeer(
             pod_selector=tuple(sorted(endpoint.pod_selector.items())),
-            namespace=endpoint.namespace, port=endpoint.port))
+            namespace=endpoint.namespace, port=endpoint.port),
+            public_reaches_pods=not settings.block_cluster)
     return net
 
 
@@ -754,8 +767,8 @@ def verifier_phase(
         cwd=cwd,
         env=env,
         payload=payload,
-        collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT),
-        log_files=(TEST_STDOUT,),
+        collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT, *VERIFIER_REPORTS),
+        log_files=(TEST_STDOUT, *VERIFIER_REPORTS),
     )
 
 
@@ -766,14 +779,29 @@ MIN_LOG_BYTES = 2048
 MARKER_ROOM = 128  # `render.pod.TRUNCATED_MARKER`, formatted
 
 
+def _log_keys(phases: list[PhaseSpec]) -> tuple[set[str], set[str]]:
+    """The logs ConfigMap's keys: the phases' logs and trajectories, and the verifier reports."""
+    keys = {log_key(p) for p in phases if p.log_files}
+    keys |= {trajectory_key(p) for p in phases if p.installed_agent}
+    return keys, {log_file_key(p, f) for p in phases for f in p.log_files[1:]}
+
+
+def report_budget(phases: list[PhaseSpec]) -> int:
+    """The most bytes one verifier report keeps: REPORT_LIMIT_BYTES, or less when many steps
+    have them (all of them together take at most a quarter of the ConfigMap)."""
+    reports = _log_keys(phases)[1]
+    return min(REPORT_LIMIT_BYTES, LOGS_BUDGET_BYTES // 4 // max(1, len(reports)))
+
+
 def log_budget(phases: list[PhaseSpec], limit: int) -> int:
     """The most bytes one key of the logs ConfigMap may hold: the operator's log limit, split
     among all the keys the trial writes (each step's agent and verifier logs and installed
-    agents' trajectories), so that a many-step trial's ConfigMap stays under the apiserver's
-    1 MiB (above it every write failed and the trial never ended)."""
-    keys = {log_key(p) for p in phases if p.log_files}
-    keys |= {trajectory_key(p) for p in phases if p.installed_agent}
-    share = LOGS_BUDGET_BYTES // max(1, len(keys)) - MARKER_ROOM
+    agents' trajectories, after the verifier reports' share), so that a many-step trial's
+    ConfigMap stays under the apiserver's 1 MiB (above it every write failed and the trial
+    never ended)."""
+    keys, reports = _log_keys(phases)
+    room = LOGS_BUDGET_BYTES - len(reports) * (report_budget(phases) + MARKER_ROOM)
+    share = room // max(1, len(keys)) - MARKER_ROOM
     return max(MIN_LOG_BYTES, min(limit, share))
 
 
@@ -784,6 +812,14 @@ def log_key(phase: PhaseSpec) -> str:
         return f"{kind}.log"
     step = re.sub(r"[^-._a-zA-Z0-9]+", "_", phase.step)
     return f"{step}.{kind}.log"
+
+
+def log_file_key(phase: PhaseSpec, path: str) -> str:
+    """The key of one of the phase's log files: its first is the phase's log (`log_key`),
+    the others are named by their file: `verifier.ctrf.json`, `<step>.verifier.ctrf.json`."""
+    if not phase.log_files or path == phase.log_files[0]:
+        return log_key(phase)
+    return log_key(phase).removesuffix(".log") + "." + path.rsplit("/", 1)[-1]
 
 
 def trajectory_key(phase: PhaseSpec) -> str:

@@ -100,7 +100,7 @@ def task_environ(environ: Mapping[str, str], allow: str) -> dict[str, str]:
 
 THREADS = 64
 """The blocking-call thread pool's size: asyncio's default, min(32, cores + 4), is 6 threads on a
-2-core node, one ceiling shared by every trial (`shipyard.handlers.executor` measures it)."""
+2-core node, one ceiling shared by every trial (`shipyard.runtime.executor` measures it)."""
 
 
 def _positive_int(environ: Mapping[str, str], name: str) -> int | None:

@@ -95,7 +95,15 @@ class Evicted:
     message: str
 
 
-WorkloadState = Missing | Queued | Admitted | Evicted
+@dataclass(frozen=True)
+class Deleting:
+    """The Workload is being deleted (its deletionTimestamp set, Kueue's finalizer still on
+    it): the operator's own release at a trial's end or of an earlier attempt, or someone's
+    delete. Not an eviction: a driver waits for it to be gone (an admitted trial whose
+    Workload then disappears is evicted, `eviction`)."""
+
+
+WorkloadState = Missing | Queued | Admitted | Evicted | Deleting
 
 
 def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -103,9 +111,10 @@ def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def workload_state(workload: Mapping[str, Any] | None) -> WorkloadState:
-    if workload is None or (workload.get("metadata") or {}).get("deletionTimestamp"):
-        return Missing() if workload is None else Evicted("WorkloadDeleted",
-                                                          "the Workload is being deleted")
+    if workload is None:
+        return Missing()
+    if (workload.get("metadata") or {}).get("deletionTimestamp"):
+        return Deleting()
     conds = _conditions(workload)
     for kind in ("Evicted", "Preempted"):
         c = conds.get(kind)
@@ -134,6 +143,20 @@ def workload_state(workload: Mapping[str, Any] | None) -> WorkloadState:
         return Queued(Reason.QUEUED, "waiting for Kueue to look at the Workload")
     return Queued(queue_reason(reserved.get("reason") or "", reserved.get("message") or ""),
                   reserved.get("message") or "")
+
+
+def eviction(workload: Mapping[str, Any] | None, seen: bool, running: bool,
+             name: str) -> Evicted | None:
+    """Was the current attempt's Workload (as last watched; `seen`: the watch has told of it)
+    evicted? A deleted one counts only once the attempt was admitted or has pods (`running`),
+    and only once it is gone: one still being deleted is not evicted (yet)."""
+    if not seen:
+        return None
+    if workload is None:
+        return Evicted("WorkloadDeleted", f"the Workload {name} was deleted") if running \
+            else None
+    state = workload_state(workload)
+    return state if isinstance(state, Evicted) else None
 
 
 def queue_reason(kueue_reason: str, message: str) -> str:

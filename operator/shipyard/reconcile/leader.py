@@ -1,5 +1,5 @@
 """Leader election over a coordination.k8s.io Lease, decided purely (the calls are in
-`kube.lease`, the loop in `handlers.leader`).
+`kube.lease`, the loop in `runtime.leader`).
 
 A candidate judges expiry by its own clock, as client-go does: a lease has expired when its
 record (holder, renewTime) has not changed for `leaseDurationSeconds` since this candidate first

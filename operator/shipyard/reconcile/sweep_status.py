@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from shipyard.api.conditions import carried, material
+from shipyard.api.conditions import carried
 from shipyard.api.conventions import (
     ANNOTATION_AGENT_KEY,
     LABEL_ATTEMPT,
@@ -42,6 +42,12 @@ from shipyard.reconcile.sweep_results import (
     eval_results,
     overall_mean,
     token_totals,
+)
+from shipyard.reconcile.write_policy import (  # noqa: F401
+    CONDITION_DELAY,
+    HEARTBEAT,
+    PROGRESS_STEP,
+    write_delay,
 )
 
 MAX_NAMED = 10  # tasks named in one condition message
@@ -504,29 +510,5 @@ def pause_after(pass_sec: float) -> float:
     return min(PAUSE_MAX, max(PAUSE_MIN, pass_sec / PASS_SHARE))
 
 
-# ---------------------------------------------------------------- when to write it
 
-CONDITION_DELAY = 2.0
-"""A change of condition (Complete, Suspended, Failed, TasksReady) is written this soon."""
-PROGRESS_STEP = 10
-"""Finished slots between two writes of the progress alone (5 % of a smaller plan) ..."""
-HEARTBEAT = 60.0
-"""... or this many seconds, whichever comes first (running counts, mean)."""
-
-
-def write_delay(written: Mapping[str, Any] | None, wanted: Mapping[str, Any], since: float,
-                interval: float) -> float | None:
-    """Seconds until the `wanted` status (API dicts) should replace the `written` one, `since`
-    seconds after that write: None when there is nothing to write, 0 for now. A condition
-    change goes out within CONDITION_DELAY; the progress alone at most every `interval`
-    seconds and only once PROGRESS_STEP more slots finished or HEARTBEAT seconds passed: the
-    writes stay a small fraction of the Trial creates however slow the Trials are."""
-    if wanted == written:
-        return None
-    if material((written or {}).get("conditions"), wanted.get("conditions")):
-        return max(0.0, CONDITION_DELAY - since)
-    counts, before = wanted.get("counts") or {}, (written or {}).get("counts") or {}
-    moved = abs((counts.get("completed") or 0) - (before.get("completed") or 0))
-    step = max(1, min(PROGRESS_STEP, (counts.get("planned") or 0) // 20))
-    wait = interval if moved >= step else max(interval, HEARTBEAT)
-    return max(0.0, wait - since)
+# When to write it: `reconcile.write_policy` (re-exported for its readers).

@@ -21,7 +21,7 @@ from shipyard.api.conventions import event_name, iso
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
 from shipyard.plan.phases import TrialPlan
-from shipyard.reconcile import exec_policy
+from shipyard.reconcile import exec_policy, write_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.admission import Evicted
 from shipyard.reconcile.pod_observation import PodObservation
@@ -554,14 +554,13 @@ def _sleep(state: LoopState, plan: TrialPlan, now: datetime, until: datetime | N
     if until is not None and (deadline is None or until < deadline):
         deadline = until  # e.g. a retry's backoff, which no pod event announces
     timeout = None if deadline is None else max(0.0, (deadline - now).total_seconds())
-    if machine.starting_pod(state.status) and dirty(state):
-        since = state.unsaved_since or now
-        left = machine.START_WRITE_DELAY_SEC - (now - since).total_seconds()
-        if left > 0:
-            short = left if timeout is None else min(timeout, left)
-            rest = None if timeout is None else max(0.0, timeout - short)
-            return WaitWake(short), replace(state, unsaved_since=since, holding=True,
-                                            hold_rest=rest)
+    held = write_policy.hold_start_write(dirty(state), machine.starting_pod(state.status),
+                                         state.unsaved_since, now, timeout)
+    if held is not None:
+        short, since = held
+        rest = None if timeout is None else max(0.0, timeout - short)
+        return WaitWake(short), replace(state, unsaved_since=since, holding=True,
+                                        hold_rest=rest)
     return flush_action(state), _queue(state, WaitWake(timeout), Observe())
 
 
@@ -582,7 +581,7 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
             if ex.pod not in sent:  # on record before it is sent (a restart knows it)
                 state = replace(state, status=state.status.model_copy(
                     update={"task_code_sent": [*sent, ex.pod]}))
-        if machine.write_before_exec(state.unsaved_exec_sec, state.unsaved_execs) or (
+        if write_policy.write_before_exec(state.unsaved_exec_sec, state.unsaved_execs) or (
                 (state.status.task_code_sent or []) != (state.saved.task_code_sent or [])):
             return flush_action(state), state  # a restart redoes at most two execs
         return RunExec(ex.command, ex.pod, ex.phases, ex.wait), state

@@ -41,6 +41,7 @@ from shipyard.plan.phases import (
     PhaseSpec,
     PodPlan,
     TrialPlan,
+    log_file_key,
     log_key,
     pod_requests_of,
     trajectory_key,
@@ -55,6 +56,11 @@ from shipyard.reconcile.agent_result import (
 from shipyard.reconcile.agent_trajectory import agent_trajectory
 from shipyard.reconcile.pod_observation import PodObservation
 from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.reconcile.write_policy import (  # noqa: F401 (the trial's write rules)
+    START_WRITE_DELAY_SEC,
+    UNSAVED_WORK_SEC,
+    write_before_exec,
+)
 from shipyard.taskformat import (
     RewardFileError,
     aggregate_steps,
@@ -303,7 +309,7 @@ def cancel(status: TrialStatus, now: datetime, plan: TrialPlan | None = None,
     logs: dict[str, str] = {}
     if rec is not None and plan is not None and stopped is not None and stopped.done:
         spec = plan.phase(rec.id or rec.name)
-        logs = _logs(spec, stopped, plan.log_key_bytes)
+        logs = _logs(spec, stopped, plan)
         rec.exit_code = stopped.exit_code
     status, outcome = fail(status, Reason.CANCELLED,
                            f"cancelled by the {CANCEL_ANNOTATION} annotation{where}", now,
@@ -432,7 +438,7 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     rec.exit_code = result.exit_code
     rec.timed_out = result.timed_out
     rec.state = "Succeeded"
-    outcome = Outcome(logs=_logs(spec, result, plan.log_key_bytes))
+    outcome = Outcome(logs=_logs(spec, result, plan))
     runner_failed = result.exit_code == 126 and "shipyard runner:" in result.output
     step = step_record(status, spec.step)
     if step is not None and step.state == "Pending":
@@ -647,15 +653,24 @@ def _advance(status: TrialStatus) -> None:
         nxt.state = "Running"
 
 
-def _logs(spec: PhaseSpec, result: PhaseStatus, limit: int) -> dict[str, str]:
+def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, str]:
+    """The phase's log files for the logs ConfigMap: its log, and a verifier's reports when
+    the test script wrote them (a JSON report only whole)."""
     from shipyard.render.pod import truncate_log
 
     logs = {}
-    notes = result.runner_notes
-    for path in spec.log_files:
+    notes = result.runner_notes  # what the runner ended after the phase, with its log
+    for i, path in enumerate(spec.log_files):
         f = result.files.get(path)
-        if f is not None:
-            logs[log_key(spec)] = truncate_log(f.text(), f.size, max(1, limit - len(notes)))
+        if i == 0:
+            if f is not None:
+                logs[log_key(spec)] = truncate_log(f.text(), f.size,
+                                                   max(1, plan.log_key_bytes - len(notes)))
+            continue
+        if f is None or (path.endswith(".json") and (f.truncated
+                                                     or f.size > plan.report_key_bytes)):
+            continue
+        logs[log_file_key(spec, path)] = truncate_log(f.text(), f.size, plan.report_key_bytes)
     if notes and spec.log_files:
         logs[log_key(spec)] = logs.get(log_key(spec), "") + notes
     return logs
@@ -829,26 +844,6 @@ def task_missing(status: TrialStatus, message: str, created_at: datetime | None,
                 f"cancelled by the {CANCEL_ANNOTATION} annotation while waiting: {message}")
     new, outcome = waiting_for_task(status, message, deadline, now)
     return WaitForTask(new, outcome, min(TASK_POLL_SEC, (deadline - now).total_seconds()))
-
-
-UNSAVED_WORK_SEC = 5.0
-"""A driver whose execs since its last write took this long writes what it has before its
-next exec: coalesced writes must not leave more than this to redo after a restart, or an
-operator restarted more often than a trial's execs take (a loaded node, kills every 10-25 s)
-would redo the same steps forever without recording one. Quick execs cost no extra write."""
-
-
-def write_before_exec(unsaved_sec: float, unsaved_execs: int) -> bool:
-    """Whether the driver writes what it has before its next exec (`UNSAVED_WORK_SEC`). Never
-    after a single exec: what a restart redoes is then that one exec, which answers at once
-    (a launch never runs a phase twice), so a trivial trial's environment-and-agent launch,
-    slow only because its node is busy, costs no write of its own before its verifier's."""
-    return unsaved_execs >= 2 and unsaved_sec > UNSAVED_WORK_SEC
-
-START_WRITE_DELAY_SEC = 10.0
-"""While a trial's environment pod starts, the status (Running, the pod's name) is written only
-once the start has taken this long: a pod that starts sooner costs no write of its own (what
-changed goes with the next one; all of it is redone the same way after a restart)."""
 
 
 def starting_pod(status: TrialStatus) -> bool:

@@ -22,6 +22,8 @@ from shipyard.render.pod import LABEL_COMPONENT, MANAGED_BY
 
 CONTEXT_KEY = "context.tar.gz"
 BUILD_CONTAINER = "buildctl"
+TLS_KEYS = ("ca.crt", "tls.crt", "tls.key")
+TLS_MOUNT = "/buildkit-tls"
 
 
 def context_configmap_name(build: str) -> str:
@@ -84,10 +86,40 @@ def build_context_configmaps(image_build: dict[str, Any],
                                strict=True)]
 
 
+def tls_secret_name(build: str) -> str:
+    return f"{build}-buildkit-tls"
+
+
+def build_tls_secret(image_build: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
+    """buildkitd's CA and the client certificate, for this build's Job only (GC with the
+    ImageBuild); nothing else in the namespace (no trial pod) mounts it."""
+    name = image_build["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": tls_secret_name(name),
+                     "namespace": image_build["metadata"]["namespace"],
+                     "labels": build_labels(name, "buildkit-client-tls"),
+                     "ownerReferences": [build_owner(image_build)]},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(files[k]).decode() for k in TLS_KEYS},
+    }
+
+
+def _tls_flags(settings: ImageSettings) -> list[str]:
+    if not settings.buildkit_tls_dir:
+        return []
+    flags = ["--tlscacert", f"{TLS_MOUNT}/ca.crt", "--tlscert", f"{TLS_MOUNT}/tls.crt",
+             "--tlskey", f"{TLS_MOUNT}/tls.key"]
+    if settings.buildkit_tls_server_name:
+        flags += ["--tlsservername", settings.buildkit_tls_server_name]
+    return flags
+
+
 def buildctl_argv(spec: ImageBuildSpec, settings: ImageSettings) -> list[str]:
     insecure = ",registry.insecure=true" if settings.insecure_registry else ""
     argv = [
-        "buildctl", "--addr", settings.buildkit_addr, "build",
+        "buildctl", "--addr", settings.buildkit_addr, *_tls_flags(settings), "build",
         "--progress", "plain",
         "--frontend", "dockerfile.v0",
         "--local", "context=/ctx", "--local", "dockerfile=/ctx",
@@ -117,6 +149,10 @@ def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str,
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
         mounts.append({"name": "push-auth", "mountPath": "/docker-config", "readOnly": True})
         env.append({"name": "DOCKER_CONFIG", "value": "/docker-config"})
+    if settings.buildkit_tls_dir:
+        volumes.append({"name": "buildkit-tls", "secret": {
+            "secretName": tls_secret_name(name), "defaultMode": 0o400}})
+        mounts.append({"name": "buildkit-tls", "mountPath": TLS_MOUNT, "readOnly": True})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": settings.service_account is not None,

@@ -4,8 +4,9 @@
   and egress. It is what holds under `no-network` (DNS included).
 * `<trial>-net-<key>`: per distinct policy the trial uses, a NetworkPolicy selecting the trial's
   pods whose `shipyard.dev/network` label is `<key>`:
-  - `public`: egress anywhere (any address and every pod) except the blocked ranges (the cloud
-    metadata servers by default), plus DNS;
+  - `public`: egress anywhere except the blocked ranges (the metadata servers, and by default
+    every address of the cluster itself: the apiserver's, the nodes', the pod and Service
+    CIDRs), to the pods of the trial's own namespace, plus DNS;
   - `allowlist-…`: DNS to the cluster DNS, plus TCP to the IP and CIDR entries as `ipBlock`s
     (Harbor's egress control rejects every other protocol under a restricted mode).
 * `<trial>-fqdn-<key>`: for an allowlist with hostname or `*.` wildcard entries, a GKE
@@ -42,6 +43,7 @@ from shipyard.plan.network import (
     cidr_of,
     hostname_entries,
     ip_entries,
+    never_excepts,
     policy_key,
 )
 from shipyard.render.pod import owner_reference, trial_labels
@@ -134,7 +136,12 @@ def _public_rule(settings: NetworkSettings) -> dict[str, Any]:
         if excepted:
             block["except"] = excepted
         peers.append({"ipBlock": block})
-    peers.append({"namespaceSelector": {}})  # every pod, wherever the CNI treats pod IPs
+    if settings.block_cluster:
+        # The cluster's ranges are excepted above; pods of the trial's own namespace (a model
+        # server, a test fixture) stay reachable by selector. Trial pods take no ingress.
+        peers.append({"podSelector": {}})
+    else:
+        peers.append({"namespaceSelector": {}})  # every pod, wherever the CNI treats pod IPs
     return {"to": peers}
 
 
@@ -174,9 +181,19 @@ def _allow_egress(policy: NetworkPolicy, settings: NetworkSettings) -> list[dict
         blocks = [cidr_of(e) for e in ip_entries(policy)]
         blocks = [c for c in blocks if settings.keeps(c)]
         if blocks:  # TCP only: Harbor's egress control rejects all non-TCP (UDP, QUIC)
-            egress.append({"to": [{"ipBlock": {"cidr": c}} for c in blocks],
+            egress.append({"to": [_ip_block(c, settings) for c in blocks],
                            "ports": [{"protocol": "TCP"}]})
     return egress
+
+
+def _ip_block(cidr: str, settings: NetworkSettings) -> dict[str, Any]:
+    """An allowlist's range, less the never-reached ranges inside it (the plan refuses an entry
+    that lies wholly inside one: `check_never_reached`)."""
+    block: dict[str, Any] = {"cidr": cidr}
+    excepted = [c for c in never_excepts(cidr, settings.never_cidrs) if settings.keeps(c)]
+    if excepted:
+        block["except"] = excepted
+    return {"ipBlock": block}
 
 
 def _allow_object(trial: dict[str, Any], policy: NetworkPolicy, key: str | None,

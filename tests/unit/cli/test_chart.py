@@ -110,6 +110,38 @@ def test_the_grafana_dashboard_is_a_well_formed_dashboard() -> None:
         assert name in series
 
 
+def grafana_validator():
+    """A validator of Grafana's own dashboard schema (`@grafana/schema`'s Dashboard type as a
+    JSON Schema, cached by hack/grafana_schema.py, which hack/test.sh runs first)."""
+    import sys
+
+    import jsonschema
+
+    sys.path.insert(0, str(ROOT / "hack"))
+    try:
+        import grafana_schema
+    finally:
+        sys.path.remove(str(ROOT / "hack"))
+    schema = json.loads(grafana_schema.ensure().read_text())
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_the_grafana_dashboard_validates_against_grafanas_dashboard_schema() -> None:
+    validator = grafana_validator()
+    dashboard = json.loads(DASHBOARD.read_text())
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in validator.iter_errors(dashboard)]
+    assert not errors, errors
+    # The schema is strict enough to catch what Grafana would not load.
+    broken = json.loads(DASHBOARD.read_text())
+    broken["panels"][0]["gridPos"] = {"h": "tall", "w": 12, "x": 0, "y": 0}
+    broken["panels"][1].pop("type")
+    broken["templating"]["list"][1]["refresh"] = 7
+    broken["graphTooltip"] = "shared"
+    found = {"/".join(map(str, e.absolute_path)) for e in validator.iter_errors(broken)}
+    assert found == {"panels/0", "panels/1", "templating/list/1/refresh", "graphTooltip"}
+
+
 def test_the_chart_ships_the_dashboard_and_kube_state_metrics_config() -> None:
     config = yaml.safe_load((CHART / "dashboards" / "kube-state-metrics.yaml").read_text())
     kinds = {r["groupVersionKind"]["kind"] for r in config["spec"]["resources"]}

@@ -222,7 +222,9 @@ def test_trial_files_follow_harbors_layout() -> None:
     result = {"trial_name": "t", "agent_info": {"name": "oracle"},
               "verifier_result": {"rewards": {"reward": 1.0}}, "step_results": []}
     files = trial_files(result, {"agent.log": "a", "verifier.log": "v",
-                                     "s1.agent.log": "x"})
+                                     "s1.agent.log": "x", "verifier.ctrf.json": "{}",
+                                     "verifier.test-stderr.txt": "e"})
+    assert files["verifier/ctrf.json"] == "{}" and files["verifier/test-stderr.txt"] == "e"
     assert json.loads(files["result.json"])["trial_name"] == "t"
     assert files["verifier/reward.txt"] == "1\n"
     assert files["agent/oracle.txt"] == "a"

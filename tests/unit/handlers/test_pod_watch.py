@@ -6,7 +6,8 @@ import asyncio
 
 from shipyard.api.conventions import LABEL_COMPONENT, LABEL_TRIAL
 from shipyard.handlers import pod_watch
-from shipyard.handlers.pod_watch import TrialWaker
+from shipyard.runtime import pods, wake
+from shipyard.runtime.wake import Waiter as TrialWaker
 
 
 class SetWhileCancelled(asyncio.Event):
@@ -56,46 +57,46 @@ def _seen_pods(events: list[dict], trial_first: tuple[bool, bool] | None) -> lis
     removed: list[str] = []
 
     async def run() -> None:
-        original = pod_watch.remove_left_behind
-        pod_watch.remove_left_behind = lambda ns, trial, pods: removed.extend(pods)
+        original = pods.remove_left_behind
+        pods.remove_left_behind = lambda ns, trial, names: removed.extend(names)
         try:
             if trial_first is not None:
-                removed.extend(pod_watch.trial_seen("ns", "t", *trial_first))
+                removed.extend(pods.trial_seen("ns", "t", *trial_first))
             for e in events:
                 body = e["object"]
                 await pod_watch.pod_changed(event=e, body=body, namespace="ns",
                                             name=body["metadata"]["name"])
         finally:
-            pod_watch.remove_left_behind = original
+            pods.remove_left_behind = original
 
     asyncio.run(run())
     return removed
 
 
 def test_a_finished_trial_s_pod_left_behind_goes_whichever_watch_tells_first() -> None:
-    pod_watch.trial_gone("ns", "t")
+    pods.trial_gone("ns", "t")
     # The pod first (kept aside), then the finished Trial: the pod is to go.
     assert _seen_pods([_pod_event("p", "t")], None) == []
-    assert pod_watch.trial_seen("ns", "t", True, False) == ["p"]
-    pod_watch.trial_gone("ns", "t")
+    assert pods.trial_seen("ns", "t", True, False) == ["p"]
+    pods.trial_gone("ns", "t")
     # The finished Trial first, then its pod: it goes; one being deleted is left alone.
     assert _seen_pods([_pod_event("p", "t"), _pod_event("q", "t", deleting=True)],
                       (True, False)) == ["p"]
-    pod_watch.trial_gone("ns", "t")
+    pods.trial_gone("ns", "t")
 
 
 def test_pods_of_kept_unfinished_or_driven_trials_stay() -> None:
-    pod_watch.trial_gone("ns", "t")
+    pods.trial_gone("ns", "t")
     assert _seen_pods([_pod_event("p", "t")], (True, True)) == []  # keepPods
-    pod_watch.trial_gone("ns", "t")
+    pods.trial_gone("ns", "t")
     assert _seen_pods([_pod_event("p", "t")], None) == []
-    assert pod_watch.trial_seen("ns", "t", False, False) == []  # unfinished: its driver's
+    assert pods.trial_seen("ns", "t", False, False) == []  # unfinished: its driver's
     assert _seen_pods([], (True, False)) == []  # the pod was handed to the driver's watch
-    pod_watch.trial_gone("ns", "t")
-    waker = pod_watch.waker("ns", "t")  # a driver runs: its pods are its own
+    pods.trial_gone("ns", "t")
+    waker = wake.waiter(wake.TRIAL, "ns", "t")  # a driver runs: its pods are its own
     try:
         assert _seen_pods([_pod_event("p", "t")], (True, False)) == []
         assert "p" in waker.pods
     finally:
-        pod_watch.forget("ns", "t")
-        pod_watch.trial_gone("ns", "t")
+        wake.forget(wake.TRIAL, "ns", "t")
+        pods.trial_gone("ns", "t")

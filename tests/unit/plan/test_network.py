@@ -161,7 +161,44 @@ def test_the_apiserver_is_blocked_by_default_with_an_opt_out() -> None:
     blocked = settings_from_env({}, apiserver=addresses).blocked_cidrs
     assert {"10.96.0.1/32", "10.88.0.1/32", "fd00::1/128"} <= set(blocked)
     assert "169.254.0.0/16" in blocked  # the metadata servers stay blocked
-    opted_out = settings_from_env({"SHIPYARD_BLOCK_APISERVER": "false"}, apiserver=addresses)
+    # The apiserver is part of the cluster: both opt-outs let it through.
+    opted_out = settings_from_env({"SHIPYARD_BLOCK_APISERVER": "false",
+                                   "SHIPYARD_BLOCK_CLUSTER_EGRESS": "false"}, apiserver=addresses)
     assert "10.96.0.1/32" not in opted_out.blocked_cidrs
+    assert "10.96.0.1/32" in settings_from_env(
+        {"SHIPYARD_BLOCK_APISERVER": "false"}, apiserver=addresses).blocked_cidrs
     with pytest.raises(ValueError, match="SHIPYARD_BLOCK_APISERVER"):
         settings_from_env({"SHIPYARD_BLOCK_APISERVER": "maybe"}, apiserver=addresses)
+
+
+def test_public_is_kept_out_of_the_clusters_ranges_by_default_with_an_opt_out() -> None:
+    from shipyard.plan.network import settings_from_env
+
+    cluster = {"192.0.2.2", "10.88.0.0/16", "10.96.0.0/12"}
+    settings = settings_from_env({"SHIPYARD_CLUSTER_CIDRS": "10.89.0.0/16"},
+                                 apiserver={"10.88.0.1"}, cluster=cluster)
+    assert settings.block_cluster
+    assert {"192.0.2.2/32", "10.88.0.0/16", "10.96.0.0/12", "10.89.0.0/16", "10.88.0.1/32",
+            "169.254.0.0/16"} <= set(settings.blocked_cidrs)
+    opted_out = settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "false",
+                                   "SHIPYARD_CLUSTER_CIDRS": "10.89.0.0/16"},
+                                  apiserver={"10.88.0.1"}, cluster=cluster)
+    assert not opted_out.block_cluster
+    assert not {"192.0.2.2/32", "10.88.0.0/16", "10.89.0.0/16"} & set(opted_out.blocked_cidrs)
+    assert "10.88.0.1/32" in opted_out.blocked_cidrs  # the apiserver still, on its own setting
+    with pytest.raises(ValueError, match="SHIPYARD_CLUSTER_CIDRS"):
+        settings_from_env({"SHIPYARD_CLUSTER_CIDRS": "10.89.0.0/33"})
+    with pytest.raises(ValueError, match="SHIPYARD_BLOCK_CLUSTER_EGRESS"):
+        settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "perhaps"})
+
+
+def test_node_addresses_are_never_reached_but_pod_ranges_may_be_allowlisted() -> None:
+    from shipyard.plan.network import settings_from_env
+
+    settings = settings_from_env({}, apiserver={"10.96.0.1"},
+                                 cluster={"192.0.2.2", "10.88.0.0/16", "10.96.0.0/12"})
+    assert "192.0.2.2/32" in settings.never_cidrs and "10.96.0.1/32" in settings.never_cidrs
+    assert "10.88.0.0/16" not in settings.never_cidrs  # a model server's pod IP may be named
+    opted_out = settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "false"},
+                                  apiserver={"10.96.0.1"}, cluster={"192.0.2.2"})
+    assert "192.0.2.2/32" not in opted_out.never_cidrs

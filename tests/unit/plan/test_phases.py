@@ -82,8 +82,10 @@ def test_verifier_phase_runs_test_sh_after_removing_stale_rewards(agent: str) ->
     assert scripts(verifier).command.startswith(f"(/tests/test.sh) > {TEST_STDOUT} 2>&1")
     assert f"rm -rf -- {REWARD_TXT} {REWARD_JSON}" in scripts(verifier).prepare
     assert scripts(verifier).prepare.index("rm -rf --") < scripts(verifier).prepare.index("cp -a")
-    assert verifier.collect == (REWARD_JSON, REWARD_TXT, TEST_STDOUT)
-    assert verifier.log_files == (TEST_STDOUT,)
+    assert verifier.collect == (REWARD_JSON, REWARD_TXT, TEST_STDOUT,
+                                "/logs/verifier/test-stderr.txt", "/logs/verifier/ctrf.json")
+    assert verifier.log_files == (TEST_STDOUT, "/logs/verifier/test-stderr.txt",
+                                  "/logs/verifier/ctrf.json")
     assert verifier.secrets is False
 
 

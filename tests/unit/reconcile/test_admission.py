@@ -100,8 +100,33 @@ def test_workload_states() -> None:
         ("Evicted", "True", "Preempted", "Preempted to accommodate a workload with higher "
          "priority")))
     assert isinstance(evicted, admission.Evicted) and evicted.reason == "Preempted"
-    gone = {"metadata": {"deletionTimestamp": "now"}}
-    assert isinstance(admission.workload_state(gone), admission.Evicted)
+    # Being deleted (Kueue's finalizer still on it) is not an eviction, even when its
+    # conditions still say Admitted or Evicted: the driver waits for it to be gone.
+    deleting = workload(("Admitted", "True", "Admitted", ""),
+                        ("Evicted", "True", "Preempted", "preempted"))
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-26T20:00:00Z"
+    assert admission.workload_state(deleting) == admission.Deleting()
+
+
+def test_a_workload_being_deleted_is_never_counted_as_evicted() -> None:
+    """The operator's own release at a trial's end (or of an earlier attempt) sets the
+    Workload's deletionTimestamp while Kueue's finalizer keeps it: the watch then reports it,
+    and neither a queued nor an admitted (running) attempt may be preempted for it."""
+    deleting = workload(("QuotaReserved", "True", "QuotaReserved", ""),
+                        ("Admitted", "True", "Admitted", ""))
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-26T20:00:00Z"
+    for running in (False, True):
+        assert admission.eviction(deleting, True, running, "w") is None
+    # Gone for good: an eviction only for an attempt that was admitted or has pods.
+    assert admission.eviction(None, True, False, "w") is None
+    assert admission.eviction(None, True, True, "w") == admission.Evicted(
+        "WorkloadDeleted", "the Workload w was deleted")
+    assert admission.eviction(None, False, True, "w") is None  # never watched: not known
+    evicted = workload(("Evicted", "True", "Preempted", "to fit a higher priority"))
+    assert admission.eviction(evicted, True, True, "w") == admission.Evicted(
+        "Preempted", "to fit a higher priority")
+    assert admission.eviction(workload(("Admitted", "True", "Admitted", "")), True, True,
+                              "w") is None
 
 
 def test_admitted_flavor_scheduling_is_merged_into_the_pod() -> None:

@@ -127,6 +127,9 @@ def test_codex_stream_becomes_an_atif_trajectory() -> None:
     ("agent.log", "agent/claude-code.txt"),
     ("agent.trajectory.json", "agent/trajectory.json"),
     ("verifier.log", "verifier/test-stdout.txt"),
+    ("verifier.ctrf.json", "verifier/ctrf.json"),
+    ("verifier.test-stderr.txt", "verifier/test-stderr.txt"),
+    ("s1.verifier.ctrf.json", "steps/s1/verifier/ctrf.json"),
     ("write.agent.trajectory.json", "steps/write/agent/trajectory.json"),
     ("other", None),
 ])

@@ -221,3 +221,20 @@ def test_web_tools_are_off_when_the_agent_phase_is_restricted() -> None:
     assert "--disallowedTools Task,WebSearch,WebFetch" in agent_command(offline)
     public = plan_for(agent=CLAUDE)
     assert "WebSearch" not in agent_command(public)
+
+
+def test_a_public_agent_kept_out_of_the_cluster_still_reaches_its_model_server() -> None:
+    from shipyard.plan.phases import build_plan
+    from tests.unit.helpers import trial_spec
+
+    settings = NetworkSettings(block_cluster=True)
+    plan = build_plan(task(), trial_spec(agent={**CLAUDE, "modelEndpoint": STUB}), {},
+                      network=settings)
+    net = plan.network
+    assert net is not None and agent_phase(plan).network == "public-model"
+    objects = build_network_objects(trial_body(), list(net.policies.values()), settings,
+                                    net.model_policies, net.model_peer)
+    model = {o["metadata"]["name"]: o for o in objects}["hello-oracle-net-public-model"]
+    egress = model["spec"]["egress"]
+    assert {"podSelector": {}} in egress[0]["to"]  # public, kept out of the cluster
+    assert egress[-1]["to"][0]["podSelector"] == {"matchLabels": {"app": "llmstub"}}

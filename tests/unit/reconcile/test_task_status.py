@@ -35,3 +35,27 @@ def test_a_missing_bundle_is_bundle_not_found_and_a_warning() -> None:
     assert event == ("Warning", Reason.BUNDLE_NOT_FOUND, "no ConfigMap x")
     status, event = task_status.invalid(None, 1, Reason.TASK_INVALID, "task.toml: bad", T0)
     assert status.conditions[0].reason == Reason.TASK_INVALID and event[0] == "Warning"
+
+
+def test_a_verdict_is_kept_with_what_it_was_reached_on_and_not_reached_again() -> None:
+    spec = {"source": {"configMap": {"name": "b-1a2b", "parts": 3}}}
+    key = task_status.validation_key(spec, "0.1.0", "settings")
+    assert key.startswith("sha256:")
+    assert key == task_status.validation_key(dict(spec), "0.1.0", "settings")
+    assert key != task_status.validation_key({**spec, "forceBuild": True}, "0.1.0", "settings")
+    assert key != task_status.validation_key(spec, "0.2.0", "settings")
+    assert key != task_status.validation_key(spec, "0.1.0", "other settings")
+    task = load_task_files({k: v.encode() for k, v in FILES.items()}, name="t")
+    status, _ = task_status.valid(None, 2, task, T0, key=key)
+    body = status.model_dump(by_alias=True, mode="json")
+    assert body["validated"] == key
+    assert task_status.already_validated(body, 2, key)
+    assert not task_status.already_validated(body, 3, key)  # a new generation
+    assert not task_status.already_validated(body, 2, key + "x")  # other spec/version/settings
+    assert not task_status.already_validated(None, 2, key)
+    # Invalid content is a final verdict too; a bundle not there yet is not.
+    bad, _ = task_status.invalid(None, 2, Reason.TASK_INVALID, "bomb", T0, key)
+    assert task_status.already_validated(bad.model_dump(by_alias=True, mode="json"), 2, key)
+    missing, _ = task_status.invalid(None, 2, Reason.TASK_NOT_FOUND, "no bundle", T0, key)
+    dumped = missing.model_dump(by_alias=True, mode="json")
+    assert dumped["validated"] is None and not task_status.already_validated(dumped, 2, key)

@@ -15,7 +15,7 @@ from shipyard.api.models import Condition, TrialStatus
 from shipyard.plan.phases import REWARD_JSON, REWARD_TXT, TEST_STDOUT, TrialPlan
 from shipyard.reconcile import trial_machine as m
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
-from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.reconcile.runner_output import CollectedFile, PhaseStatus
 from tests.unit.helpers import (
     HELLO_TOML,
     T0,
@@ -143,6 +143,22 @@ def test_phase_logs_are_kept_from_the_collected_files() -> None:
         "verifier": done(files={REWARD_TXT: b"1", TEST_STDOUT: b"1 passed\n"}),
     })
     assert run.logs == {"agent.log": "solved\n", "verifier.log": "1 passed\n"}
+
+
+def test_the_verifiers_ctrf_report_and_stderr_are_kept_when_written() -> None:
+    """pytest's `--ctrf /logs/verifier/ctrf.json` (Harbor's task template) and a test script's
+    own test-stderr.txt are kept with the logs (Harbor's viewer shows them); a CTRF report
+    cut short by a limit is dropped, never kept as broken JSON."""
+    ctrf = b'{"results": {"tool": {"name": "pytest"}, "summary": {"tests": 1}}}'
+    run = drive(plan_for(agent={"name": "oracle"}), {"verifier": done(files={
+        REWARD_TXT: b"1", TEST_STDOUT: b"1 passed\n",
+        "/logs/verifier/ctrf.json": ctrf, "/logs/verifier/test-stderr.txt": b"warn\n"})})
+    assert run.logs["verifier.ctrf.json"] == ctrf.decode()
+    assert run.logs["verifier.test-stderr.txt"] == "warn\n"
+    verifier = done(files={REWARD_TXT: b"1", TEST_STDOUT: b"ok\n"})
+    verifier.files["/logs/verifier/ctrf.json"] = CollectedFile(len(ctrf) + 100, ctrf)  # a tail
+    run = drive(plan_for(agent={"name": "oracle"}), {"verifier": verifier})
+    assert "verifier.ctrf.json" not in run.logs and run.logs["verifier.log"] == "ok\n"
 
 
 def test_what_the_runner_ended_after_a_phase_is_kept_with_its_log() -> None:

@@ -100,3 +100,31 @@ def test_push_credentials_are_mounted_only_into_the_build_job():
     assert pod["serviceAccountName"] == "builder" and pod["nodeSelector"] == {"pool": "b"}
     assert "hostNetwork" not in pod
     assert all("registry.insecure" not in a for a in pod["containers"][0]["command"])
+
+
+def test_with_mtls_only_the_buildctl_container_mounts_a_client_secret_of_its_own():
+    from dataclasses import replace
+
+    from shipyard.render.build_job import build_tls_secret, tls_secret_name
+
+    settings = replace(LOCAL, buildkit_tls_dir="/certs", buildkit_tls_server_name="buildkitd")
+    ib = _image_build()
+    job = build_job(ib, settings)
+    spec = job["spec"]["template"]["spec"]
+    (main,) = spec["containers"]
+    argv = main["command"]
+    assert argv[:12] == ["buildctl", "--addr", "tcp://127.0.0.1:1234",
+                         "--tlscacert", "/buildkit-tls/ca.crt", "--tlscert",
+                         "/buildkit-tls/tls.crt", "--tlskey", "/buildkit-tls/tls.key",
+                         "--tlsservername", "buildkitd", "build"]
+    secret_volumes = [v for v in spec["volumes"] if "secret" in v]
+    assert [v["secret"]["secretName"] for v in secret_volumes] == [
+        tls_secret_name(ib["metadata"]["name"])]
+    assert any(m["mountPath"] == "/buildkit-tls" for m in main["volumeMounts"])
+    (init,) = spec["initContainers"]  # it unpacks the task's bytes: no certificate there
+    assert all(m["name"] != "buildkit-tls" for m in init["volumeMounts"])
+    secret = build_tls_secret(ib, {"ca.crt": b"CA", "tls.crt": b"CRT", "tls.key": b"KEY"})
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "ImageBuild"
+    assert base64.b64decode(secret["data"]["tls.key"]) == b"KEY"
+    assert "--tls" not in " ".join(build_job(ib, LOCAL)["spec"]["template"]["spec"]
+                                   ["containers"][0]["command"])

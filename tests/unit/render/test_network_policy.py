@@ -135,7 +135,7 @@ def test_public_allows_everything_but_the_metadata_ranges() -> None:
     peers = rules[0]["to"]
     assert {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}} in peers
     assert {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}} in peers
-    assert {"namespaceSelector": {}} in peers
+    assert {"namespaceSelector": {}} in peers  # NetworkSettings() is the opt-out
     assert "ports" not in rules[0]
     # DNS still works where the resolver lives in the blocked link-local range (NodeLocal
     # DNSCache, GKE Cloud DNS), on port 53 only.
@@ -274,15 +274,49 @@ def test_hostname_allowlist_without_backend_is_refused_naming_the_entries() -> N
 def test_settings_from_env() -> None:
     default = settings_from_env({})
     assert default == NetworkSettings("none", DEFAULT_BLOCKED_CIDRS, DEFAULT_DNS_CIDRS,
-                                      frozenset({"IPv4", "IPv6"}))
+                                      frozenset({"IPv4", "IPv6"}), block_cluster=True)
     s = settings_from_env(
         {"SHIPYARD_FQDN_BACKEND": "auto", "SHIPYARD_BLOCKED_EGRESS_CIDRS": "",
          "SHIPYARD_DNS_EGRESS_CIDRS": "10.0.0.10/32, fd00::a/128"},
         discovered={CILIUM_RESOURCE}, node_families={"IPv4"})
     assert s == NetworkSettings("cilium", (), ("10.0.0.10/32", "fd00::a/128"),
-                                frozenset({"IPv4"}))
+                                frozenset({"IPv4"}), block_cluster=True, never_cidrs=())
     assert settings_from_env({"SHIPYARD_IP_FAMILIES": "ipv6"}).ip_families == {"IPv6"}
     with pytest.raises(NetworkSettingError, match="SHIPYARD_IP_FAMILIES"):
         settings_from_env({"SHIPYARD_IP_FAMILIES": "ipx"})
     with pytest.raises(NetworkSettingError, match="not a CIDR"):
         settings_from_env({"SHIPYARD_BLOCKED_EGRESS_CIDRS": "10.0.0.1/8"})
+
+
+def test_public_kept_out_of_the_cluster_reaches_pods_of_its_own_namespace_only() -> None:
+    settings = NetworkSettings(blocked_cidrs=("169.254.0.0/16", "10.88.0.0/16", "10.96.0.0/12",
+                                              "192.0.2.2/32"), ip_families=frozenset({"IPv4"}),
+                               block_cluster=True)
+    allow = build_allow_policy(trial(), PUBLIC, settings)
+    assert allow is not None
+    peers = allow["spec"]["egress"][0]["to"]
+    assert peers == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16", "10.88.0.0/16",
+                                                     "10.96.0.0/12", "192.0.2.2/32"]}},
+        {"podSelector": {}},  # the trial's namespace; no namespaceSelector: no other one
+    ]
+
+
+def test_an_allowlist_cannot_open_the_metadata_servers_or_the_apiserver() -> None:
+    from shipyard.plan.network import UnenforceablePolicy, check_never_reached
+
+    settings = settings_from_env({}, apiserver={"10.96.0.1", "10.88.0.1"})
+    never = settings.never_cidrs
+    for entry in ("169.254.169.254", "10.96.0.1", "169.254.0.0/24"):
+        with pytest.raises(UnenforceablePolicy) as e:
+            check_never_reached({"agent phase": NetworkPolicy("allowlist", (entry,))}, never)
+        assert e.value.entries == [entry] and "agent phase" in e.value.message
+    # A range that only contains them is kept, less them.
+    wide = NetworkPolicy("allowlist", ("0.0.0.0/0", "10.88.0.7"))
+    check_never_reached({"agent phase": wide}, never)
+    allow = build_allow_policy(trial(), wide, settings)
+    assert allow is not None
+    blocks = [p["ipBlock"] for p in allow["spec"]["egress"][-1]["to"]]
+    assert blocks[0] == {"cidr": "0.0.0.0/0",
+                         "except": ["169.254.0.0/16", "10.88.0.1/32", "10.96.0.1/32"]}
+    assert blocks[1] == {"cidr": "10.88.0.7/32"}  # a pod (a model server) may be named

@@ -833,8 +833,10 @@ def test_with_keep_a_service_the_agent_started_serves_the_verifier(
                                    keep_processes=True), "agent")
     assert agent.exit_code == 0 and "left processes" not in agent.output
     served.unlink(missing_ok=True)
-    test = runner.run_phase(phase(f"sleep 0.3; test -s {served} && echo served\n",
-                                  keep_processes=True), "verifier")
+    # Up to 10 s for the service's next write (a loaded node runs it late), not a fixed nap.
+    test = runner.run_phase(phase(
+        f"i=0; while [ ! -s {served} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n"
+        f"test -s {served} && echo served\n", keep_processes=True), "verifier")
     assert test.output == "served\n"
     assert any("while" in c for c in pod_like.live())
 

@@ -1,5 +1,5 @@
 """The trial driver's loop (`TrialDriver.loop`: decide, apply, absorb) against a fake of its own
-executor interface (`handlers.trial_executor`: one method per `trial_loop` action, each
+executor interface (`runtime.trial_executor`: one method per `trial_loop` action, each
 returning an observation): no cluster, no Kubernetes API."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers.trial_driver import TrialDriver, now
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import trial_loop as loop
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
+from shipyard.runtime.trial_driver import TrialDriver, now
 from tests.unit.helpers import T0, iso, plan_for, pod, runner_text, trial_body
 
 LOG = logging.getLogger("test")

@@ -1,8 +1,8 @@
 """Drives one trial: the loop asks `reconcile.trial_loop.decide` for the next action, has the
-executor (`handlers.trial_executor`) carry it out, and folds what came back into its state with
+executor (`runtime.trial_executor`) carry it out, and folds what came back into its state with
 `trial_loop.absorb`. It decides nothing itself.
 
-Runs as an asyncio task per unfinished Trial (`handlers.trial_tasks`, started from the Trial
+Runs as an asyncio task per unfinished Trial (`runtime.trial_tasks`, started from the Trial
 watch and started again with a backoff when it raises), so a restarted operator resumes every
 trial from its status and its pods. Before the loop it loads the Task, waits for its images and
 plans the trial (`prepare`); a failure there is decided as TaskInvalid & co.
@@ -24,11 +24,6 @@ from shipyard.api.compat import known_fields
 from shipyard.api.conventions import CANCEL_ANNOTATION, cancel_requested, parse_time
 from shipyard.api.models import TrialSpec, TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers import admission as kueue
-from shipyard.handlers import image_builds
-from shipyard.handlers.pod_watch import forget, waker
-from shipyard.handlers.task_files import TaskUnavailable, load_task_by_name
-from shipyard.handlers.trial_executor import KubeTrialExecutor
 from shipyard.kube import network as kube_network
 from shipyard.kube import nodes as kube_nodes
 from shipyard.plan.capacity import node_capacities
@@ -40,6 +35,10 @@ from shipyard.reconcile import trial_loop as loop
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.render.pod import logs_configmap_name, runner_configmap_name
+from shipyard.runtime import images as image_builds
+from shipyard.runtime import kueue, wake
+from shipyard.runtime.task_files import TaskUnavailable, load_task_by_name
+from shipyard.runtime.trial_executor import KubeTrialExecutor
 from shipyard.taskformat import LoadedTask
 
 
@@ -67,7 +66,7 @@ class TrialDriver:
             agent_name=(spec.get("agent") or {}).get("name", ""),
             retries=int(spec.get("retries") or 0), keep=bool(spec.get("keepPods")),
             settle_sec=settings.network_settle_sec, current_runner=runner_configmap_name())
-        self.waker = waker(self.namespace, self.name)
+        self.waker = wake.waiter(wake.TRIAL, self.namespace, self.name)
         self.executor = executor or KubeTrialExecutor(body, settings, self.waker, logger)
         self.executor.drop_wait = self.drop_wait
         self.kueue: kueue.KueueGate | None = None  # admitted by Kueue (docs/kueue.md)
@@ -142,7 +141,7 @@ class TrialDriver:
                 return
             await self.loop(plan)
         finally:
-            forget(self.namespace, self.name)
+            wake.forget(wake.TRIAL, self.namespace, self.name)
 
     async def loop(self, plan: TrialPlan) -> None:
         self.state = replace(self.state, plan=plan, admission=self.kueue is not None)
@@ -262,7 +261,7 @@ class TrialDriver:
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
     return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
-                          kube_network.apiserver_addresses())
+                          kube_network.apiserver_addresses(), kube_network.cluster_ranges())
 
 
 def _validation_message(e: ValidationError) -> str:

@@ -1,11 +1,11 @@
-"""The per-trial driver tasks (handlers/trial_tasks.py), with stand-in drivers: no cluster."""
+"""The per-trial driver tasks (runtime/trial_tasks.py), with stand-in drivers: no cluster."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from shipyard.handlers import trial_tasks
+from shipyard.runtime import trial_tasks
 
 LOG = logging.getLogger("test")
 

@@ -9,7 +9,7 @@ import urllib.request
 
 from prometheus_client import REGISTRY
 
-from shipyard.handlers import metrics
+from shipyard.runtime import metrics
 
 
 def value(name: str, **labels: str) -> float:

@@ -23,10 +23,7 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.handlers.executor import execs
-from shipyard.handlers.pod_watch import TrialWaker
 from shipyard.kube import artifacts as kube_artifacts
-from shipyard.kube import events as kube_events
 from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
@@ -63,6 +60,9 @@ from shipyard.render.pod import (
     runner_configmap_name,
     truncate_log,
 )
+from shipyard.runtime.executor import execs
+from shipyard.runtime.status_writer import StatusWriter
+from shipyard.runtime.wake import Waiter
 
 ARTIFACT_LIMIT = ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES
 
@@ -71,7 +71,7 @@ class KubeTrialExecutor:
     """The executor of one trial's driver. `status` and `plan` are the driver's (read, never
     changed here); `gate` its Kueue gate; `drop_wait` says when a waiting exec is dropped."""
 
-    def __init__(self, body: kopf.Body, settings: OperatorSettings, waker: TrialWaker,
+    def __init__(self, body: kopf.Body, settings: OperatorSettings, waker: Waiter,
                  logger: logging.Logger | logging.LoggerAdapter) -> None:
         self.body, self.settings, self.waker, self.logger = body, settings, waker, logger
         self.namespace = body["metadata"]["namespace"]
@@ -79,9 +79,10 @@ class KubeTrialExecutor:
         self.status = TrialStatus()
         self.plan: TrialPlan | None = None
         self.network: NetworkSettings | None = None
-        self.gate: Any = None  # handlers.admission.KueueGate
+        self.gate: Any = None  # runtime.kueue.KueueGate
         self.drop_wait: Callable[[str], bool] = lambda pod: False
         self.pod_runners: dict[str, str] = {}
+        self.writer = StatusWriter(body, "trials")
 
     async def call(self, fn, *args, **kwargs):
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -122,15 +123,8 @@ class KubeTrialExecutor:
         if action.events or action.status is not None:
             patch = (action.status.model_dump(by_alias=True, mode="json")
                      if action.status is not None else None)
-            await self.call(self.write, list(action.events), patch)  # one thread for both
+            await self.call(self.writer.write, patch, action.events)  # one thread for both
         return loop.Written(action)
-
-    def write(self, events: list[loop.PendingEvent], patch: dict | None) -> None:
-        """(In a thread) the Events, then the status patch."""
-        if events:
-            kube_events.post_events(dict(self.body), events)
-        if patch is not None:
-            objects.patch_status("trials", self.namespace, self.name, patch)
 
     async def wait_wake(self, action: loop.WaitWake) -> loop.Woken:
         return loop.Woken(await self.waker.wait(action.timeout))

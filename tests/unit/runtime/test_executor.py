@@ -1,11 +1,11 @@
-"""The measured thread pool (handlers/executor.py)."""
+"""The measured thread pool (runtime/executor.py)."""
 
 from __future__ import annotations
 
 import threading
 
-from shipyard.handlers.executor import MeasuredExecutor
 from shipyard.plan.settings import THREADS, OperatorSettings
+from shipyard.runtime.executor import MeasuredExecutor
 
 
 def test_size_from_the_settings() -> None:

@@ -1,0 +1,234 @@
+"""A Dockerfile is the task author's code: its `RUN` steps must not reach the cluster (issue 22,
+class 4). On the local cluster buildkitd runs them on a build network of their own
+(hack/localcluster/buildnet.py) and takes only clients holding the build Jobs' certificate.
+
+Each attack is a Task whose Dockerfile tries, as root and as an unprivileged user, every address
+the cluster answers on: etcd, the apiserver on each of the node's addresses and its Service IP,
+the kubelet, the registry (whose pushes would overwrite other tasks' images), buildkitd itself,
+another pod and Service, the metadata address. The same build must still reach PyPI and the
+Debian archive.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import buildkit_client
+from tests.e2e.test_image_builds import build_jobs, condition_any, wait_images
+
+pytestmark = pytest.mark.usefixtures("local_only")
+
+LOCALCLUSTER = Path("/var/lib/shipyard-localcluster")
+BUILDCTL = Path.home() / ".cache" / "shipyard" / "buildkit-v0.34.2" / "buildctl"
+
+PROBE = r'''
+import socket, sys, threading
+results = {}
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    s = socket.socket()
+    s.settimeout(4)
+    try:
+        s.connect((host, int(port)))
+        results[target] = "REACHED"
+    except OSError as e:
+        results[target] = "BLOCKED"
+    finally:
+        s.close()
+threads = [threading.Thread(target=probe, args=(t,)) for t in sys.argv[2:]]
+[t.start() for t in threads]
+[t.join() for t in threads]
+for t in sys.argv[2:]:
+    print(sys.argv[1], results[t], t, flush=True)
+sys.exit(1 if "REACHED" in results.values() else 0)
+'''
+
+
+@pytest.fixture(scope="module")
+def local_only(cluster) -> None:
+    if not cluster.local:
+        pytest.skip("the local cluster's build network and buildkitd (hack/localcluster)")
+
+
+@pytest.fixture
+def batch_v1(api_client):
+    from kubernetes import client
+
+    return client.BatchV1Api(api_client)
+
+
+def host_addresses() -> list[str]:
+    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True,
+                         check=True).stdout
+    return [a["local"] for link in json.loads(out) for a in link.get("addr_info", [])
+            if not a["local"].startswith("127.")]
+
+
+def cluster_targets(core_v1) -> list[str]:
+    """Every cluster address a build must not reach, each answering from the host."""
+    hosts = host_addresses()
+    targets = [f"{h}:{p}" for h in hosts for p in (2379, 6443, 10250, 5055, 1234)]
+    targets += ["127.0.0.1:2379", "127.0.0.1:6443", "127.0.0.1:5055", "169.254.169.254:80"]
+    kubernetes = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
+    targets += [f"{kubernetes}:443", f"{dns}:53"]
+    pods = core_v1.list_namespaced_pod("kube-system", label_selector="k8s-app=kube-dns").items
+    targets += [f"{p.status.pod_ip}:53" for p in pods if p.status.pod_ip]
+    return targets
+
+
+def reachable_from_host(target: str) -> bool:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def probe_task(nonce: str, targets: list[str], extra: str = "") -> dict[str, str]:
+    args = " ".join(targets)
+    dockerfile = (
+        "FROM python:3.12-slim\n"
+        "COPY probe.py /probe.py\n"
+        f"RUN echo {nonce} && python3 /probe.py root {args}\n"
+        f"RUN useradd -m builder\nUSER builder\n"
+        f"RUN echo {nonce} && python3 /probe.py non-root {args}\n"
+        "USER root\n"
+        # What a build is for still works: PyPI and the Debian archive.
+        f"RUN echo {nonce} && pip install --no-cache-dir -q six "
+        "&& python3 -c 'import six; print(\"pypi-ok\")'\n"
+        "RUN apt-get update -qq && echo debian-archive-ok\n" + extra)
+    return {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                     'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n',
+        "instruction.md": "Nothing.\n",
+        "environment/Dockerfile": dockerfile,
+        "environment/probe.py": PROBE,
+        "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        "solution/solve.sh": "#!/bin/bash\ntrue\n",
+    }
+
+
+def build_log(shipyard, batch_v1, namespace: str) -> str:
+    (job,) = build_jobs(batch_v1, namespace)
+    (pod,) = shipyard.core.list_namespaced_pod(
+        namespace, label_selector=f"job-name={job.metadata.name}").items
+    return shipyard.core.read_namespaced_pod_log(pod.metadata.name, namespace,
+                                                 container="buildctl")
+
+
+def test_run_steps_reach_package_archives_but_nothing_of_the_cluster(
+        shipyard, batch_v1, core_v1, namespace):
+    targets = cluster_targets(core_v1)
+    # Not trivially unreachable: from the host, the apiserver answers on each node address,
+    # CoreDNS on its pod IP, the registry and etcd on loopback.
+    answering = [t for t in targets if reachable_from_host(t)]
+    assert {f"{h}:6443" for h in host_addresses()} <= set(answering), answering
+    assert "127.0.0.1:2379" in answering and "127.0.0.1:5055" in answering, answering
+    nonce = uuid.uuid4().hex
+    shipyard.task("probe", probe_task(nonce, targets))
+    task = wait_images(shipyard, "probe", timeout=300)
+    log = build_log(shipyard, batch_v1, namespace)
+    cond = condition_any(task, "ImagesReady")
+    assert cond["status"] == "True", (cond, log[-3000:])
+    for who in ("root", "non-root"):
+        for target in targets:
+            assert f"{who} BLOCKED {target}" in log, (who, target, log[-3000:])
+    assert "REACHED" not in log
+    assert "pypi-ok" in log and "debian-archive-ok" in log
+
+
+@pytest.mark.parametrize(("flag", "entitlement"), [
+    ("--network=host", "network.host"),
+    ("--security=insecure", "security.insecure"),
+])
+def test_a_run_step_cannot_ask_for_the_host_network_or_privileges(
+        shipyard, batch_v1, namespace, flag, entitlement):
+    nonce = uuid.uuid4().hex
+    files = probe_task(nonce, ["127.0.0.1:2379"])
+    files["environment/Dockerfile"] = (
+        "FROM python:3.12-slim\nCOPY probe.py /probe.py\n"
+        f"RUN {flag} echo {nonce} && python3 /probe.py host 127.0.0.1:2379 127.0.0.1:6443\n")
+    name = "ent-" + entitlement.replace(".", "-")
+    shipyard.task(name, files)
+    task = wait_images(shipyard, name, timeout=180)
+    cond = condition_any(task, "ImagesReady")
+    assert cond["status"] == "False" and cond["reason"] == "ImageBuildFailed", cond
+    log = build_log(shipyard, batch_v1, namespace)
+    assert f"{entitlement} is not allowed" in log, log[-3000:]
+    assert "REACHED" not in log
+
+
+def tls_without_certificate_refused(ca: Path) -> bool:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection(("127.0.0.1", 1234), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            data = tls.recv(64)
+    except (ssl.SSLError, OSError):
+        return True
+    return data == b""  # closed without a word
+
+
+def _buildctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BUILDCTL), "--addr", "tcp://127.0.0.1:1234", *args,
+                           "debug", "workers"], capture_output=True, text=True, timeout=30)
+
+
+def test_buildkitd_takes_only_clients_with_the_build_jobs_certificate(
+        shipyard, batch_v1, namespace):
+    pki = LOCALCLUSTER / "pki"
+    # No certificate, a plain gRPC client: refused.
+    plain = _buildctl()
+    assert plain.returncode != 0, plain.stdout
+    # A certificate of the cluster's own CA (the admin's): refused too.
+    admin = _buildctl("--tlscacert", str(pki / "buildkit" / "ca.crt"),
+                      "--tlscert", str(pki / "admin.crt"), "--tlskey", str(pki / "admin.key"))
+    assert admin.returncode != 0, admin.stdout
+    # A raw TLS client without a certificate: the handshake is refused.
+    assert tls_without_certificate_refused(pki / "buildkit" / "ca.crt")
+    # The build Job's certificate: served.
+    ok = subprocess.run([str(BUILDCTL), *buildkit_client(), "debug", "workers"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    # Only the build Job holds it: a Secret per ImageBuild, mounted by its Job alone.
+    nonce = uuid.uuid4().hex
+    shipyard.task("tls", probe_task(nonce, ["169.254.169.254:80"]))
+    shipyard.trial("tls-oracle", "tls")
+    assert condition_any(wait_images(shipyard, "tls", timeout=300),
+                         "ImagesReady")["status"] == "True"
+    (job,) = build_jobs(batch_v1, namespace)
+    secret = shipyard.core.read_namespaced_secret(f"{job.metadata.name}-buildkit-tls", namespace)
+    assert secret.metadata.owner_references[0].kind == "ImageBuild"
+    trial = shipyard.wait("tls-oracle", timeout=180)
+    assert trial["status"]["phase"] == "Completed", trial["status"]
+    for pod in shipyard.core.list_namespaced_pod(namespace).items:
+        mounts = [v.secret.secret_name for v in pod.spec.volumes or [] if v.secret]
+        if pod.metadata.labels.get("job-name") == job.metadata.name:
+            assert secret.metadata.name in mounts
+        else:
+            assert secret.metadata.name not in mounts, pod.metadata.name
+    # The key is nowhere else: not in a ConfigMap, an Event, a status or the build's log,
+    # neither as PEM nor base64.
+    key = (LOCALCLUSTER / "pki" / "buildkit" / "client-secret" / "tls.key").read_text()
+    body = "".join(key.splitlines()[1:-1])
+    needles = [body[40:100], base64.b64encode(key.encode()).decode()[40:100]]
+    seen = [json.dumps(cm.data or {}) + json.dumps(cm.binary_data or {})
+            for cm in shipyard.core.list_namespaced_config_map(namespace).items]
+    seen += [f"{e.message}" for e in shipyard.core.list_namespaced_event(namespace).items]
+    seen += [json.dumps(shipyard.get(plural, name).get("status"))
+             for plural, name in (("tasks", "tls"), ("trials", "tls-oracle"),
+                                  ("imagebuilds", job.metadata.name))]
+    seen.append(build_log(shipyard, batch_v1, namespace))
+    assert not [text for text in seen for n in needles if n in text]

@@ -1,0 +1,253 @@
+"""A `public` trial is kept out of the cluster (issue 22, class 4): its agent, root or not,
+reaches an outside address but none of the apiserver's addresses (the Service IP, its endpoint,
+the node's address, any other address of the host it answers on), no pod or Service of
+another namespace, and no node port. The local cluster enforces NetworkPolicy with
+kube-router; the operator's settings are the local cluster's (tests/e2e/conftest.py).
+
+The "outside" address is a TEST-NET-2 address put on the host's loopback device for the test,
+served by a small HTTP server: like the internet, it is in none of the cluster's ranges.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.conftest import TEST_IMAGE
+from tests.e2e.test_build_network import host_addresses, reachable_from_host
+
+pytestmark = pytest.mark.usefixtures("local_only")
+
+OUTSIDE_IP = "198.51.100.77"
+OUTSIDE_PORT = 18077
+
+PROBE = r'''
+import json, socket, sys, threading
+out = {}
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, int(port)))
+        out[target] = "reached"
+    except OSError:
+        out[target] = "blocked"
+    finally:
+        s.close()
+threads = [threading.Thread(target=probe, args=(t,)) for t in sys.argv[1:]]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps(out, sort_keys=True))
+'''
+# The verifier reports what the agent saw; reward 1 only for the expected picture.
+TEST_SH = r"""#!/bin/bash
+cat /tmp/observed.json; echo
+python3 - <<'END'
+import json
+seen = json.load(open("/tmp/observed.json"))
+allowed = [seen.pop(t) for t in "{allowed}".split()]
+ok = set(allowed) == {{"reached"}} and all(v == "blocked" for v in seen.values())
+open("/logs/verifier/reward.json", "w").write(json.dumps({{
+    "reward": 1 if ok else 0, "cluster_reached": sum(v == "reached" for v in seen.values())}}))
+END
+"""
+
+
+@pytest.fixture(scope="module")
+def local_only(cluster) -> None:
+    if not cluster.local:
+        pytest.skip("the local cluster's addresses and kube-router")
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[str]:
+    """An HTTP server on an address outside every cluster range."""
+    subprocess.run(["ip", "addr", "add", f"{OUTSIDE_IP}/32", "dev", "lo"], capture_output=True)
+    server = http.server.ThreadingHTTPServer((OUTSIDE_IP, OUTSIDE_PORT),
+                                             http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"{OUTSIDE_IP}:{OUTSIDE_PORT}"
+    finally:
+        server.shutdown()
+        subprocess.run(["ip", "addr", "del", f"{OUTSIDE_IP}/32", "dev", "lo"],
+                       capture_output=True)
+
+
+def http_pod(core_v1, namespace: str, name: str) -> str:
+    """A pod serving HTTP on 8080 and a Service for it; the pod's IP."""
+    core_v1.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"role": name}),
+        spec=client.V1PodSpec(termination_grace_period_seconds=1, containers=[
+            client.V1Container(name="http", image=TEST_IMAGE, image_pull_policy="Never",
+                               command=["python3", "-m", "http.server", "8080"],
+                               readiness_probe=client.V1Probe(
+                                   tcp_socket=client.V1TCPSocketAction(port=8080),
+                                   period_seconds=1))])))
+    core_v1.create_namespaced_service(namespace, client.V1Service(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1ServiceSpec(selector={"role": name},
+                                  ports=[client.V1ServicePort(port=80, target_port=8080)])))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        got = core_v1.read_namespaced_pod(name, namespace)
+        if got.status.pod_ip and any(c.type == "Ready" and c.status == "True"
+                                     for c in got.status.conditions or []):
+            return got.status.pod_ip
+        time.sleep(0.3)
+    raise AssertionError(f"{namespace}/{name} never became ready")
+
+
+@pytest.fixture
+def other_namespace(core_v1, namespace) -> Iterator[str]:
+    name = f"{namespace}-other"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+def cluster_targets(core_v1, other: str, other_ip: str) -> list[str]:
+    # The node's address, the pod and build bridges' gateways; not the test's outside address,
+    # which is the host's too for the test (so the apiserver answers there as well: an address
+    # of a node that the cluster does not tell of belongs in SHIPYARD_CLUSTER_CIDRS).
+    hosts = [h for h in host_addresses() if h != OUTSIDE_IP]
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    apiserver = [f"{a.ip}:{p.port}" for s in endpoints.subsets for a in s.addresses
+                 for p in s.ports]
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    other_svc = core_v1.read_namespaced_service("web", other).spec.cluster_ip
+    return sorted({*apiserver, f"{service}:443", *(f"{h}:6443" for h in hosts),
+                   *(f"{h}:20244" for h in hosts),  # kube-router's health port
+                   f"{other_ip}:8080", f"{other_svc}:80", "169.254.169.254:80"})
+
+
+def probe_task(allowed: list[str], user: str | None) -> dict[str, str]:
+    agent_user = f'user = "{user}"\n' if user else ""
+    return {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n{agent_user}'
+                      f'[verifier]\ntimeout_sec = 60\n'
+                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'),
+        "instruction.md": "Probe.\n",
+        "environment/probe.py": PROBE,
+        "tests/test.sh": TEST_SH.format(allowed=" ".join(allowed)),
+        "solution/solve.sh": "#!/bin/bash\ntrue\n",
+    }
+
+
+def agent(targets: list[str]) -> dict[str, str]:
+    return {"name": "command",
+            "command": f"python3 /app/probe.py {' '.join(targets)} > /tmp/observed.json"}
+
+
+@pytest.mark.parametrize("user", [None, "nobody"], ids=["root", "non-root"])
+def test_a_public_agent_reaches_outside_but_nothing_of_the_cluster(
+        shipyard, core_v1, namespace, other_namespace, outside, user):
+    other_ip = http_pod(core_v1, other_namespace, "web")
+    own_ip = http_pod(core_v1, namespace, "neighbour")
+    targets = cluster_targets(core_v1, other_namespace, other_ip)
+    # From the host, each of them answers (the apiserver on every address): the refusals
+    # below are the policy's, not an absent listener's.
+
+    silent = [t for t in targets if not t.startswith("169.254.") and not reachable_from_host(t)]
+    assert not silent, silent
+    # Allowed: the outside address, and a pod and Service of the trial's own namespace (a
+    # model server, a fixture; test_network.py's target).
+    own_svc = core_v1.read_namespaced_service("neighbour", namespace).spec.cluster_ip
+    allowed = [outside, f"{own_ip}:8080", f"{own_svc}:80"]
+    name = f"pub-{user or 'root'}"
+    shipyard.task(name, probe_task(allowed, user))
+    shipyard.trial(name, name, agent(targets + allowed))
+    trial = shipyard.wait(name, timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    namespace).data
+    assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+    seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                           if line.startswith("{")))
+    assert {t: seen.pop(t) for t in allowed} == dict.fromkeys(allowed, "reached"), seen
+    assert seen == dict.fromkeys(targets, "blocked"), seen
+    assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_a_task_cannot_allowlist_the_apiserver_the_nodes_or_the_metadata_address(
+        shipyard, core_v1):
+    """A malicious task names what trial pods never reach in its allowlist: refused before any
+    pod starts, naming the entry."""
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    node = next(a.address for a in core_v1.read_node("localhost").status.addresses
+                if a.type == "InternalIP")
+    for i, entry in enumerate((service, node, "169.254.169.254")):
+        files = probe_task([], None)
+        files["task.toml"] = files["task.toml"].replace(
+            "[environment]\n",
+            f'[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["{entry}"]\n')
+        shipyard.task(f"open-{i}", files)
+        shipyard.trial(f"open-{i}", f"open-{i}")
+    for i, entry in enumerate((service, node, "169.254.169.254")):
+        trial = shipyard.wait(f"open-{i}", timeout=120)
+        failed = next(c for c in trial["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "NetworkPolicyUnenforceable", failed
+        assert entry in failed["message"] and "never reach" in failed["message"], failed
+        assert not trial["status"].get("podName"), trial["status"]
+
+
+def test_an_allowlist_of_everything_still_excepts_the_apiserver_and_the_nodes(
+        shipyard, core_v1, outside):
+    """`allowed_hosts = ["0.0.0.0/0"]`: the outside is reached, the apiserver on its Service
+    IP, endpoint and node address is not."""
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    nodes = [a.address for a in core_v1.read_node("localhost").status.addresses
+             if a.type == "InternalIP"]
+    targets = sorted({f"{a.ip}:{p.port}" for s in endpoints.subsets for a in s.addresses
+                      for p in s.ports} | {f"{service}:443"} | {f"{n}:6443" for n in nodes})
+    files = probe_task([outside], "nobody")
+    files["task.toml"] = files["task.toml"].replace(
+        "[environment]\n", '[environment]\nnetwork_mode = "allowlist"\n'
+                           'allowed_hosts = ["0.0.0.0/0"]\n')
+    shipyard.task("everything", files)
+    shipyard.trial("everything", "everything", agent([*targets, outside]))
+    trial = shipyard.wait("everything", timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    shipyard.namespace).data
+    assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+    seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                           if line.startswith("{")))
+    assert seen.pop(outside) == "reached", seen
+    assert seen == dict.fromkeys(targets, "blocked"), seen
+    assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_a_separate_verifier_pod_is_kept_out_of_the_cluster_too(
+        shipyard, core_v1, namespace, other_namespace, outside):
+    """The task's own code in a verifier pod of its own (`environment_mode = "separate"`),
+    public: the same picture as for an agent."""
+    other_ip = http_pod(core_v1, other_namespace, "web")
+    targets = cluster_targets(core_v1, other_namespace, other_ip)
+    files = probe_task([outside], None)
+    files["task.toml"] = files["task.toml"].replace(
+        "[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    files["tests/probe.py"] = PROBE
+    files["tests/test.sh"] = (f"#!/bin/bash\npython3 /tests/probe.py {' '.join(targets)} "
+                              f"{outside} > /tmp/observed.json\n"
+                              + TEST_SH.format(allowed=outside).split("\n", 1)[1])
+    shipyard.task("separate", files)
+    shipyard.trial("separate", "separate", {"name": "nop"})
+    trial = shipyard.wait("separate", timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                    namespace).data
+    assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+    seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                           if line.startswith("{")))
+    assert seen.pop(outside) == "reached", seen
+    assert seen == dict.fromkeys(targets, "blocked"), seen
+    assert trial["status"]["rewards"]["reward"] == 1.0
