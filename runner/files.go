@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,6 +28,14 @@ func value(path, def string) string {
 
 func writeFile(path, content string) {
 	_ = os.WriteFile(path, []byte(content), 0o644)
+}
+
+// writeAtomic: the file is never seen empty or half written (two processes write it).
+func writeAtomic(path, content string) {
+	tmp := fmt.Sprintf("%s.%d", path, os.Getpid())
+	if os.WriteFile(tmp, []byte(content), 0o644) == nil {
+		_ = os.Rename(tmp, path)
+	}
 }
 
 func appendFile(path, content string) {

@@ -196,7 +196,7 @@ func startSupervisor(id string) error {
 	if err != nil {
 		return err
 	}
-	writeFile(stateDir(id)+"/supervisor", fmt.Sprintf("%d\n", proc.Pid))
+	writeAtomic(stateDir(id)+"/supervisor", fmt.Sprintf("%d\n", proc.Pid))
 	return proc.Release()
 }
 

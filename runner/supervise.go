@@ -183,7 +183,7 @@ func supervise(id string) {
 	p, s := phaseDir(id), stateDir(id)
 	// Its own PID on record before anything of the phase runs (the launcher writes it too,
 	// once this process exists): `status` finds a supervisor that was killed.
-	writeFile(s+"/supervisor", fmt.Sprintf("%d\n", os.Getpid()))
+	writeAtomic(s+"/supervisor", fmt.Sprintf("%d\n", os.Getpid()))
 	_, spec := assignments(p + "/spec")
 	isOwn := spec["OWN"] == "1"
 	secrets := spec["SECRETS"] == "1"
