@@ -23,7 +23,11 @@ node CPU seconds (the local cluster's machine: all of it, and the pods' cgroup),
 where each trial that did not finish stood. `--arms shipyard-noprobe` runs the operator without
 the probe container (SHIPYARD_PROBE_IMAGE=none: a phase that outlasts its launch is waited for
 by a `result` exec), to compare with the probe container, which `--agent-sleep` tasks get (their
-timeouts are long); the trivial task's pods have no probe either way.
+timeouts are long); the trivial task's pods have no probe either way. `--arms
+shipyard-sh,shipyard-go` runs the operator with runner.sh (SHIPYARD_RUNNER=sh) and with the
+static Go runner (SHIPYARD_RUNNER_IMAGE: the local cluster's, hack/localcluster/runner_image.py)
+side by side; every arm also counts the programs started in its trial pods (execve, with the
+kernel's process events connector, bench/execcount.py; needs root).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from kubernetes.client.rest import ApiException
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+from execcount import ExecCounter  # noqa: E402
 from harbor_venv import ensure_harbor  # noqa: E402
 from shipyard.plan.settings import LOCAL_PROBE_IMAGE  # noqa: E402
 
@@ -85,6 +90,8 @@ class Arm:
     operator_cpu: float | None = None  # the operator process's own CPU seconds meanwhile
     unfinished: list[str] = field(default_factory=list)  # where each unfinished trial stood
     stages: dict[str, list[float]] = field(default_factory=dict)  # see `stages`
+    programs: int | None = None  # execve in the arm's pods (bench/execcount.py)
+    programs_lost: int = 0  # execs whose process was gone before its cgroup was read
     note: str = ""
     skipped: str = ""
 
@@ -472,10 +479,22 @@ def stages(created: dict[str, float], pods: dict[str, dict[str, float]],
     return out
 
 
-def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) -> Arm:
+def local_runner_image() -> str:
+    hack = str(ROOT / "hack" / "localcluster")
+    sys.path.insert(0, hack)
+    try:
+        import runner_image
+    finally:
+        sys.path.remove(hack)
+    return runner_image.reference()
+
+
+def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False,
+                 runner: str | None = None) -> Arm:
     """The operator of this checkout; `no_probe`: without the probe container
-    (SHIPYARD_PROBE_IMAGE=none)."""
-    arm = Arm("shipyard-noprobe" if no_probe else "shipyard", args.n)
+    (SHIPYARD_PROBE_IMAGE=none); `runner`: `sh` (runner.sh) or `go` (the local runner image)."""
+    arm = Arm("shipyard-noprobe" if no_probe else f"shipyard-{runner}" if runner else "shipyard",
+              args.n)
     namespace = namespace_name("sy")
     make_namespace(core, namespace)
     work = Path(tempfile.mkdtemp(prefix="bench-shipyard-"))
@@ -485,6 +504,9 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
     # holding the default Lease would keep this one a standby.
     env["SHIPYARD_LEADER_LEASE_NAME"] = f"shipyard-bench-{namespace}"
     env["SHIPYARD_PROBE_IMAGE"] = "none" if no_probe else LOCAL_PROBE_IMAGE
+    if runner is not None:
+        env["SHIPYARD_RUNNER"] = runner
+        env["SHIPYARD_RUNNER_IMAGE"] = local_runner_image()
     cmd = [sys.executable, str(BENCH / "apicount.py"), str(counts), "-m", "shipyard",
            "operator", "--liveness", "", "--metrics-port", str(args.metrics_port), "-n",
            namespace, *(["-v"] if args.verbose else [])]
@@ -522,8 +544,17 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
                                 (GROUP, VERSION, namespace, "trials"), args.n, args.timeout,
                                 done_of, done)
         pods: dict[str, dict[str, float]] = {}
+        uids: set[str] = set()
+
+        def seen_pod(pod: Any) -> None:
+            uids.add(pod.metadata.uid)
+            return pod_times(pod, pods)
+
         follow_until(core.list_namespaced_pod, (namespace,), 1 << 30, args.timeout,
-                     lambda pod: pod_times(pod, pods), {})
+                     seen_pod, {})
+        counter = ExecCounter() if os.geteuid() == 0 else None
+        if counter is not None:
+            counter.start()
         # CRDs are cluster-wide: on a shared cluster another checkout may have applied its own
         # since (a field it defaults would make this operator refuse the Trials).
         apply_crds(kubeconfig)
@@ -551,6 +582,9 @@ def run_shipyard(args, kubeconfig: str, core, custom, no_probe: bool = False) ->
             arm.operator_cpu = after_operator - before_operator
         arm.wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
         time.sleep(1.5)  # the operator's last requests land in the counts file
+        if counter is not None:
+            counter.stop()
+            arm.programs, arm.programs_lost = counter.programs(uids), counter.lost
         after_api = apiserver_requests(kubeconfig)
         if before_api is not None and after_api is not None:
             arm.apiserver = after_api - before_api
@@ -716,6 +750,9 @@ def table(arms: list[Arm]) -> str:
                                                     + a.count("patch events"))) for a in ran]),
         ("Trial status writes/trial", [fmt(a.per_trial(a.count("patch trials/status")))
                                        for a in ran]),
+        ("programs started in its pods/trial", [fmt(a.per_trial(a.programs))
+                                                if a.programs is not None else "-"
+                                                for a in ran]),
         ("node CPU s/trial (all / pods)",
          [f"{a.per_trial(a.cpu['node']):.2f}/{a.per_trial(a.cpu.get('pods', 0)):.2f}"
           if a.cpu else "-" for a in ran]),
@@ -748,6 +785,9 @@ def table(arms: list[Arm]) -> str:
         if a.events:
             lines.append("    Events by reason: " + ", ".join(
                 f"{r} {c / a.n:.2f}" for r, c in sorted(a.events.items(), key=lambda kv: -kv[1])))
+        if a.programs_lost:
+            lines.append(f"    ({a.programs_lost} execs on the node could not be attributed: "
+                         "their process was gone before its cgroup was read)")
         if a.note:
             lines.append(f"    ({a.note})")
         for line in a.unfinished:
@@ -781,8 +821,8 @@ def main() -> int:
     parser.add_argument("--image", default="localhost/shipyard/debian:bookworm",
                         help="the task's image (Harbor's exec needs bash: debian, not busybox)")
     parser.add_argument("--arms", default="shipyard,floor,harbor",
-                        help="any of shipyard, shipyard-noprobe (no probe container), floor, "
-                        "harbor")
+                        help="any of shipyard, shipyard-noprobe (no probe container), "
+                        "shipyard-sh, shipyard-go (runner.sh, the Go runner), floor, harbor")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true",
                         help="run the operator under cProfile (operator.prof beside its log)")
@@ -808,6 +848,9 @@ def main() -> int:
             arms.append(run_shipyard(args, kubeconfig, core, custom))
         elif name == "shipyard-noprobe":
             arms.append(run_shipyard(args, kubeconfig, core, custom, no_probe=True))
+        elif name in ("shipyard-sh", "shipyard-go"):
+            arms.append(run_shipyard(args, kubeconfig, core, custom,
+                                     runner=name.removeprefix("shipyard-")))
         elif name == "floor":
             arms.append(run_floor(args, kubeconfig, core))
         elif name == "harbor":

@@ -337,6 +337,7 @@ def up() -> int:
     began = time.monotonic()
     t = Timings()
     if update_in_place(layout) and healthy_within(layout, 15):
+        ensure_runner_image(layout)
         ensure_mirrors(layout)
         ensure_cluster_dns(layout)
         ensure_seeds(layout)
@@ -377,6 +378,7 @@ def up() -> int:
         for image in IMAGES:
             ensure_imported(layout, image)
         ensure_builder_image(layout)
+        ensure_runner_image(layout)
     with t.stage("kube-apiserver"):
         wait_until(layout, "etcd", pids, lambda: _etcd_healthy(), 30)
         start(layout, "kube-apiserver", procs["kube-apiserver"].argv, pids)
@@ -453,6 +455,17 @@ def update_in_place(layout: Layout) -> bool:
     wait_until(layout, "kubelet", pids, lambda: node_ready(layout), 90)
     ensure_seeds(layout)
     return True
+
+
+def ensure_runner_image(layout: Layout) -> None:
+    """The static Go runner's image (runner_image.py), imported once per content hash: a warm
+    `up` only compares a hash and lists containerd's images."""
+    import runner_image
+
+    try:
+        runner_image.import_image(layout)
+    except RuntimeError as e:
+        raise ClusterError(str(e)) from None
 
 
 def ensure_mirrors(layout: Layout) -> None:

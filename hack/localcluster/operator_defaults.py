@@ -1,7 +1,7 @@
 """What an operator run by hand (`shipyard operator` from a checkout) needs to know about the
-local cluster: its image builder, registry and probe image. Published as the ConfigMap
-`kube-public/shipyard-localcluster` (which the operator reads when it runs outside a pod and
-the variable is not set) and printed by `localcluster.py env`.
+local cluster: its image builder, registry, probe image and runner image. Published as the
+ConfigMap `kube-public/shipyard-localcluster` (which the operator reads when it runs outside a
+pod and the variable is not set) and printed by `localcluster.py env`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import subprocess
 from buildnet import BUILD_CIDR
 from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, client_tls_dir
 from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
+from runner_image import reference as runner_reference
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
 
@@ -25,6 +26,8 @@ DEFAULTS = {
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
+    # The static Go runner of this checkout (runner_image.py), imported by `up`.
+    "SHIPYARD_RUNNER_IMAGE": runner_reference(),
     # What `public` trial pods must not reach beyond what the cluster's API tells (the node's
     # address and the Service CIDR): the pod CIDR (no node podCIDR here) and the build
     # network, whose gateway is one more host address the apiserver answers on.

@@ -173,8 +173,24 @@ LOCAL_BUILD_ENV = {
 }
 
 
+def local_runner_image() -> str:
+    """The static Go runner's image of this checkout (imported by `localcluster up`)."""
+    hack = str(ROOT / "hack" / "localcluster")
+    sys.path.insert(0, hack)
+    try:
+        import runner_image
+    finally:
+        sys.path.remove(hack)
+    return runner_image.reference()
+
+
 def build_env(local: bool) -> dict[str, str]:
-    return {k: os.environ.get(k, v) for k, v in LOCAL_BUILD_ENV.items()} if local else {}
+    """The local cluster's settings (each overridable from the environment): its builder,
+    probe image and Go runner image (SHIPYARD_RUNNER=sh runs the tests with runner.sh)."""
+    if not local:
+        return {}
+    defaults = {**LOCAL_BUILD_ENV, "SHIPYARD_RUNNER_IMAGE": local_runner_image()}
+    return {k: os.environ.get(k, v) for k, v in defaults.items()}
 
 
 class Shipyard:

@@ -344,3 +344,134 @@ def test_a_shared_verifier_finds_no_secret_in_the_files_the_agent_left(shipyard)
             trial["status"]["logsConfigMap"], shipyard.namespace).data
         assert "found: []" in logs["verifier.log"], logs
         assert value not in str(logs) and core not in str(logs)
+
+
+# The structural fix: a root agent replaces the image's programs that runner.sh runs on (sh,
+# awk, tar, cat, su, and tail, wc, base64 that its results go through) with forgers that still
+# do their job. Each forger writes reward 1 where runner.sh would let it: a loop started from
+# the operator's own execs of the runner (kept by the sweep as an exec session's child), after
+# `su` (the verifier user's switch) and `awk` return, into the test script a bundle unpacked by
+# `tar` carries, and `cat`/`tail`/`base64` reading a reward. The Go runner (an ELF on a
+# read-only mount) runs none of them, so the real test scores the agent.
+TOOL_FORGERS = r"""
+B=/usr/local/bin
+real() { f=$(readlink -f "$(command -v "$1")"); cp "$f" "$B/$1.real"; echo "$f"; }
+put() { rm -f "$1"; cp "$2" "$1"; chmod 755 "$1"; }
+sh_=$(real sh); tar_=$(real tar); cat_=$(real cat); awk_=$(real awk); su_=$(real su)
+tail_=$(real tail); wc_=$(real wc); b64_=$(real base64); real sleep >/dev/null
+R=/logs/verifier/reward.txt
+cat > /tmp/sh <<X
+#!$B/sh.real
+case "\$1" in */shipyard/bin/runner)
+  (while :; do echo 1 > $R; $B/sleep.real 0.02; done) </dev/null >/dev/null 2>&1 &
+esac
+exec $B/sh.real "\$@"
+X
+cat > /tmp/tar <<X
+#!$B/sh.real
+$B/tar.real "\$@"; rc=\$?
+for d in /shipyard/phases/*/payload/tests; do
+  [ -d "\$d" ] && printf '#!/bin/sh\necho 1 > $R\n' > "\$d/test.sh" 2>/dev/null
+done
+exit \$rc
+X
+cat > /tmp/cat <<X
+#!$B/sh.real
+case "\$*" in *reward*) echo 1; exit 0;; esac
+exec $B/cat.real "\$@"
+X
+for p in awk su tail wc base64; do
+  printf '#!%s/sh.real\n%s/%s.real "$@"; rc=$?\necho 1 > %s 2>/dev/null\nexit $rc\n' \
+    "$B" "$B" "$p" "$R" > /tmp/$p
+done
+put "$tar_" /tmp/tar; put "$cat_" /tmp/cat; put "$awk_" /tmp/awk; put "$su_" /tmp/su
+put "$tail_" /tmp/tail; put "$wc_" /tmp/wc; put "$b64_" /tmp/base64; put "$sh_" /tmp/sh
+echo replaced: $sh_ $tar_ $cat_ $awk_ $su_ $tail_ $wc_ $b64_
+"""
+
+SHARED_TEST = (
+    "#!/bin/bash\n"
+    'exp=$(cat /tests/expected.txt); got=$(cat /tmp/answer.txt 2>/dev/null)\n'
+    'echo "got=[$got] user=$(id -un)"\n'
+    "grep -q ELF /shipyard/bin/runner && echo runner=elf\n"
+    "grep ' /shipyard/bin ' /proc/mounts | grep -q ' ro[, ]' && echo runner=ro\n"
+    'if [ -n "$exp" ] && [ "$got" = "$exp" ]; then echo 1; else echo 0; fi '
+    "> /logs/verifier/reward.txt\n"
+)
+
+
+def shared_task(agent_user: str | None, verifier_user: str | None) -> dict[str, str]:
+    agent = f'user = "{agent_user}"\n' if agent_user else ""
+    verifier = f'user = "{verifier_user}"\n' if verifier_user else ""
+    return {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n{agent}'
+                      f"[verifier]\ntimeout_sec = 60\n{verifier}"
+                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'),
+        "instruction.md": "Write the answer key into /tmp/answer.txt.\n",
+        "tests/test.sh": SHARED_TEST,
+        "tests/expected.txt": EXPECTED + "\n",
+        "solution/solve.sh": f"#!/bin/bash\necho {EXPECTED} > /tmp/answer.txt\n",
+    }
+
+
+def test_an_agent_that_replaced_sh_awk_tar_cat_and_su_neither_moves_the_runner_nor_the_reward(
+        shipyard):
+    """Shared verifier (as root, and as `user = "nobody"`, switched by the runner's own system
+    calls) after a root agent replaced the image's sh, awk, tar, cat, su, tail, wc and base64
+    with forgers; an unprivileged agent that tries the same; and the separate verifier after
+    the same agent. The oracle still scores 1 on each task (the runner works on the forged
+    image), every forger 0."""
+    variants = {"root": (None, None), "vnobody": (None, "nobody"),
+                "anobody": ("nobody", "nobody")}
+    agent = {"name": "command", "command": TOOL_FORGERS}
+    for name, (agent_user, verifier_user) in variants.items():
+        files = shared_task(agent_user, verifier_user)
+        files["solution/solve.sh"] += TOOL_FORGERS if agent_user is None else ""
+        shipyard.task(f"tools-{name}", files)
+        shipyard.trial(f"tools-{name}-oracle", f"tools-{name}")
+        shipyard.trial(f"tools-{name}-forger", f"tools-{name}", agent)
+    shipyard.task("tools-separate", separate_task())
+    shipyard.trial("tools-separate-forger", "tools-separate", agent)
+    for name, (_agent_user, verifier_user) in variants.items():
+        for who, reward in (("oracle", 1.0), ("forger", 0.0)):
+            trial = shipyard.wait(f"tools-{name}-{who}", timeout=240)
+            status = trial["status"]
+            assert status["phase"] == "Completed", (name, who, brief(status))
+            assert status.get("reward") == reward, (name, who, brief(status))
+            log = _verifier_log(shipyard, trial)
+            assert f"user={verifier_user or 'root'}" in log, (name, who, log)
+            assert "runner=elf" in log and "runner=ro" in log, (name, who, log)
+    forger = shipyard.wait("tools-separate-forger", timeout=240)
+    assert forger["status"].get("reward") == 0.0, brief(forger["status"])
+
+
+def test_a_shared_verifier_finds_no_secret_the_agent_wrote_anywhere(shipyard):
+    """The Go runner scrubs every file changed during a phase given secrets (not only
+    /logs/agent): a root agent that hid its key (and its base64) in /tmp, /root, /etc and
+    /shipyard, backdating the files, leaves nothing a shared verifier finds."""
+    value = "sk-trust-anywhere-5b7e21"
+    core = base64.b64encode(value.encode()).decode()[:20]
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "anywhere-key"}, "stringData": {"MODEL_API_KEY": value}})
+    test_sh = (f"found=$(grep -rl -e {value} -e {core} / --exclude-dir=proc --exclude-dir=sys "
+               "--exclude-dir=dev --exclude-dir=tests 2>/dev/null)\n"
+               'echo "found: [$found]"\n'
+               'if [ -z "$found" ] && [ -s /tmp/hidden.txt ]; then echo 1; else echo 0; fi '
+               "> /logs/verifier/reward.txt\n")
+    shipyard.task("anywhere", {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+        "instruction.md": "Hide.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh})
+    command = ('echo "k=$MODEL_API_KEY" > /tmp/hidden.txt; mkdir -p /root/.cfg; '
+               'echo "$MODEL_API_KEY" | base64 > /root/.cfg/k; printenv > /etc/agent.env; '
+               'echo "$MODEL_API_KEY" > /shipyard/left.txt 2>/dev/null; '
+               "touch -d 2001-01-01 /tmp/hidden.txt /root/.cfg/k /etc/agent.env")
+    shipyard.trial("anywhere", "anywhere", {
+        "name": "command", "envFrom": [{"secretRef": {"name": "anywhere-key"}}],
+        "command": command})
+    trial = shipyard.wait("anywhere", timeout=180)
+    logs = shipyard.core.read_namespaced_config_map(
+        trial["status"]["logsConfigMap"], shipyard.namespace).data
+    assert trial["status"].get("reward") == 1, (brief(trial["status"]), logs)
+    assert "found: []" in logs["verifier.log"], logs
+    assert value not in str(logs) and core not in str(logs)

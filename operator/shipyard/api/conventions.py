@@ -137,8 +137,10 @@ MAX_LABEL_VALUE = MAX_NAME
 
 RUNNER_MOUNT = "/shipyard/bin"
 RUNNER_PATH = f"{RUNNER_MOUNT}/runner"
-"""Where every trial pod has the in-pod runner (`shipyard/render/runner.sh`), which the
-operator's execs call."""
+"""Where every trial pod has the in-pod runner (the static Go runner, or
+`shipyard/render/runner.sh`), which the operator's execs call (docs/runner-protocol.md)."""
+RUNNER_INIT_CONTAINER = "runner"
+"""The init container that copies the Go runner into the pod (`render.pod`)."""
 SECRETS_CONTAINER = "secrets"
 """The trial pod container that alone mounts the agent's Secrets (`render.pod`)."""
 PROBE_CONTAINER = "probe"

@@ -1,6 +1,8 @@
-"""The in-pod runner's commands (`shipyard/render/runner.sh`) as execs: launch a phase, read its
-result, stop it, read a file. Each returns a typed `Reply` rather than raising, so that the
-pure layers decide what a failure means (`shipyard.reconcile.exec_policy`)."""
+"""The in-pod runner's commands (docs/runner-protocol.md) as execs: launch a phase, read its
+result, stop it, read a file. The runner file is executed itself: the static Go runner, or
+runner.sh through its `#!/bin/sh` line (pods of older operators, SHIPYARD_RUNNER=sh). Each
+returns a typed `Reply` rather than raising, so that the pure layers decide
+what a failure means (`shipyard.reconcile.exec_policy`)."""
 
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
 
 def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = None,
             timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
-    return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, *args], stdin, timeout=timeout)
+    return _exec(namespace, pod, [RUNNER_PATH, *args], stdin, timeout=timeout)
 
 
 def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int,
@@ -108,7 +110,7 @@ def stop(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:
 
 def put_secrets(namespace: str, pod: str, phase_id: str) -> Reply:
     """In the pod's `secrets` container: copy the mounted Secret files into the phase's drop."""
-    return _exec(namespace, pod, ["/bin/sh", RUNNER_PATH, "put-secrets", phase_id],
+    return _exec(namespace, pod, [RUNNER_PATH, "put-secrets", phase_id],
                  what="put-secrets", container=SECRETS_CONTAINER)
 
 
@@ -117,7 +119,7 @@ def artifacts(namespace: str, pod: str, limit: int, path: str, current: bool = T
     refuses a tar over `limit` bytes, exit code 5); from a pod of an older operator, whose
     runner lacks the command, the file `path` through `/bin/cat`. At most `limit` bytes are
     read either way."""
-    argv = (["/bin/sh", RUNNER_PATH, "artifacts", str(limit)] if current
+    argv = ([RUNNER_PATH, "artifacts", str(limit)] if current
             else ["/bin/cat", path])
     return _exec(namespace, pod, argv, what="artifacts", max_output=limit)
 

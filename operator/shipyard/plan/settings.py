@@ -14,6 +14,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_AGENT_BUNDLE_REPOSITORY | `agent_bundle_repository` |
 | SHIPYARD_THREADS | `threads` |
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
+| SHIPYARD_RUNNER_IMAGE, SHIPYARD_RUNNER | `runner_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
 | SHIPYARD_SWEEP_WARM_PODS | `sweep_warm_pods` |
@@ -42,6 +43,11 @@ TASK_ENV_ALLOW = "SHIPYARD_TASK_ENV_ALLOW"
 DEFAULT_TTL_ENV = "SHIPYARD_TRIAL_TTL_SECONDS_AFTER_FINISHED"
 THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
+RUNNER_IMAGE_ENV = "SHIPYARD_RUNNER_IMAGE"
+RUNNER_ENV = "SHIPYARD_RUNNER"
+"""`go` (the default when a runner image is set) or `sh`: the runner trial pods get
+(docs/runner-protocol.md)."""
+RUNNERS = ("go", "sh")
 KUEUE_DEFAULT_QUEUE_ENV = "SHIPYARD_KUEUE_DEFAULT_QUEUE"
 """The chart's `kueue.defaultQueueName`: the LocalQueue of Trials that name none."""
 LOCAL_PROBE_IMAGE = "localhost/shipyard/busybox:latest"
@@ -119,6 +125,19 @@ def _count(environ: Mapping[str, str], name: str, default: int) -> int:
 def _probe_image(environ: Mapping[str, str]) -> str | None:
     raw = environ.get(PROBE_IMAGE_ENV, "").strip()
     return None if raw.lower() in ("", "none") else raw
+
+
+def _runner_image(environ: Mapping[str, str]) -> str | None:
+    """The static Go runner's image, unless SHIPYARD_RUNNER=sh asks for runner.sh (the
+    fallback; also what every pod gets while no runner image is set)."""
+    runner = environ.get(RUNNER_ENV, "").strip().lower() or "go"
+    if runner not in RUNNERS:
+        raise ValueError(f"{RUNNER_ENV}={environ.get(RUNNER_ENV)!r}: expected one of "
+                         f"{', '.join(RUNNERS)}")
+    raw = environ.get(RUNNER_IMAGE_ENV, "").strip()
+    if runner == "sh" or raw.lower() in ("", "none"):
+        return None
+    return raw
 
 
 def _ttl(environ: Mapping[str, str]) -> int | None:
@@ -203,6 +222,10 @@ class OperatorSettings:
     """The image of the trial pods' `probe` container (`render.pod.probe_container`), which
     answers their readiness probe over HTTP; None: no probe, a phase's end is waited for by a
     `result` exec (`trial_machine.RESULT_WAIT_SEC`)."""
+    runner_image: str | None = None
+    """The image holding the static Go runner (`/runner`), copied into every trial pod by an
+    init container (`render.pod.runner_init_container`); None: the pods run runner.sh from a
+    ConfigMap on the task image's own shell."""
     images: ImageSettings = field(default_factory=ImageSettings)
     images_error: str | None = None
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
@@ -233,6 +256,10 @@ class OperatorSettings:
         except ValueError as e:  # the defaults, which are safe; trials say what was wrong
             leader, errors = LeaderSettings(), [*errors, str(e)]
         try:
+            runner_image = _runner_image(environ)
+        except ValueError as e:
+            runner_image, errors = None, [*errors, str(e)]
+        try:
             images, images_error = ImageSettings.from_env(environ), None
         except ImageSettingError as e:
             images, images_error = ImageSettings(), str(e)
@@ -249,6 +276,7 @@ class OperatorSettings:
             agent_bundle_repository=environ.get(BUNDLE_REPOSITORY_ENV) or None,
             threads=_positive_int(environ, THREADS_ENV) or THREADS,
             probe_image=_probe_image(environ),
+            runner_image=runner_image,
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
             sweep_warm_pods=_count(environ, SWEEP_WARM_PODS_ENV, SWEEP_WARM_PODS),

@@ -16,7 +16,9 @@ from shipyard.api.conventions import (
     PROBE_CONTAINER,
     PROBE_PORT,
     PROBE_SUBDIR,
+    RUNNER_INIT_CONTAINER,
     RUNNER_MOUNT,
+    RUNNER_PATH,
     SECRETS_CONTAINER,
     Component,
     Role,
@@ -202,29 +204,61 @@ def probe_container(image: str) -> dict[str, Any]:
     }
 
 
+def runner_init_container(image: str) -> dict[str, Any]:
+    """The init container that puts the static Go runner into the pod's `runner` volume
+    (`runner install`: the binary copies itself; no shell, no program of any image). Task
+    containers mount that volume read-only, so no task code can change the runner; it depends
+    on nothing of the trial (a pod made ahead of its trial gets it too)."""
+    return {
+        "name": RUNNER_INIT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/runner", "install", RUNNER_PATH],
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "200m", "memory": "32Mi"}},
+        "volumeMounts": [{"name": "runner", "mountPath": RUNNER_MOUNT}],
+    }
+
+
+def runner_volume(runner_image: str | None) -> dict[str, Any]:
+    """The pod's `runner` volume: an emptyDir the init container fills (the Go runner), else
+    the runner.sh ConfigMap."""
+    if runner_image is not None:
+        return {"name": "runner", "emptyDir": {"sizeLimit": "32Mi"}}
+    return {"name": "runner",
+            "configMap": {"name": runner_configmap_name(), "defaultMode": 0o755}}
+
+
 def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: str | None,
-                    name: str, probe_image: str | None = None) -> dict[str, Any]:
+                    name: str, probe_image: str | None = None,
+                    runner_image: str | None = None) -> dict[str, Any]:
     """The pod as the operator creates it: the environment pod (`role` ``env``) or a step's
     separate verifier pod, under its network policy baseline, with its scheduling
     (accelerators and the Trial's and operator's pod settings). With `probe_image` (the
     operator's `probe_image`) the `probe` container's readiness (an HTTP probe) says a phase
-    runs; without, the pod has no readiness probe (a phase's end is waited for by an exec)."""
+    runs; without, the pod has no readiness probe (a phase's end is waited for by an exec).
+    With `runner_image` (the operator's `runner_image`) the pod runs the static Go runner,
+    else runner.sh."""
     if role == Role.ENV:
         pod_plan = plan.environment
-        pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image)
+        pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image,
+                        runner_image)
     else:
         verifier = plan.step(step).verifier_pod
         assert verifier is not None
         pod_plan = verifier
-        pod = _base_pod(trial, pod_plan, Role.VERIFIER, name, probe_image=probe_image)
+        pod = _base_pod(trial, pod_plan, Role.VERIFIER, name, probe_image=probe_image,
+                        runner_image=runner_image)
     if plan.network is not None:
         pod["metadata"]["labels"][LABEL_NETWORK] = plan.network.baseline(role, step)
     return apply_scheduling(pod, pod_plan.accelerators, plan.pod_overrides)
 
 
 def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
-              secret_names: tuple[str, ...] = (), probe_image: str | None = None
-              ) -> dict[str, Any]:
+              secret_names: tuple[str, ...] = (), probe_image: str | None = None,
+              runner_image: str | None = None) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
     a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted (`build_trial_pod` for the
     readiness probe). Secrets are mounted only into the
@@ -235,10 +269,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     meta = trial["metadata"]
     volumes: list[dict[str, Any]] = [
         {"name": "shipyard", "emptyDir": {}},
-        {
-            "name": "runner",
-            "configMap": {"name": runner_configmap_name(), "defaultMode": 0o755},
-        },
+        runner_volume(runner_image),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "shipyard", "mountPath": "/shipyard"},
@@ -257,9 +288,10 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     if plan.workdir:
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}
-    if plan.agent_bundles:
-        spec_extra["initContainers"] = [agent_bundle_container(n, image)
-                                        for n, image in plan.agent_bundles]
+    init = [runner_init_container(runner_image)] if runner_image is not None else []
+    init += [agent_bundle_container(n, image) for n, image in plan.agent_bundles]
+    if init:
+        spec_extra["initContainers"] = init
     containers = [container]
     if secret_names:
         sidecar, secret_volumes = secrets_container(plan, secret_names)

@@ -166,7 +166,8 @@ class KubeTrialExecutor:
                                        claimed["metadata"]["labels"].get(LABEL_NETWORK), warm=True)
         name = pod_name_for(self.body, action.role, index, self.status.attempt)
         manifest = build_trial_pod(self.body, plan, action.role, action.step, name,
-                                   probe_image_for(plan, self.settings.probe_image))
+                                   probe_image_for(plan, self.settings.probe_image),
+                                   self.settings.runner_image)
         if self.gate is not None:
             manifest = self.gate.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)

@@ -117,6 +117,20 @@ def test_the_probe_container_is_opted_into_and_none_means_an_exec_probe():
     assert OperatorSettings.from_env({PROBE_IMAGE_ENV: "None"}).probe_image is None
 
 
+def test_the_go_runner_comes_with_its_image_and_sh_stays_available():
+    from shipyard.plan.settings import RUNNER_ENV, RUNNER_IMAGE_ENV
+
+    assert OperatorSettings.from_env({}).runner_image is None  # runner.sh
+    image = "registry.example/shipyard/runner:abc"
+    assert OperatorSettings.from_env({RUNNER_IMAGE_ENV: image}).runner_image == image
+    assert OperatorSettings.from_env({RUNNER_IMAGE_ENV: image, RUNNER_ENV: "go"}).runner_image \
+        == image
+    assert OperatorSettings.from_env({RUNNER_IMAGE_ENV: image, RUNNER_ENV: "sh"}).runner_image \
+        is None
+    bad = OperatorSettings.from_env({RUNNER_IMAGE_ENV: image, RUNNER_ENV: "perl"})
+    assert bad.runner_image is None and "SHIPYARD_RUNNER='perl'" in (bad.error or "")
+
+
 def test_an_operator_run_by_hand_takes_the_clusters_published_defaults_under_its_own():
     from shipyard.plan.settings import with_cluster_defaults
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from shipyard.api.conventions import (
     PROBE_CONTAINER,
     PROBE_PORT,
+    RUNNER_MOUNT,
     RUNNER_PATH,
     Role,
     dns_name,
@@ -86,6 +87,25 @@ def mounts(pod: dict[str, Any], name: str = "main") -> dict[str, dict[str, Any]]
 
 
 # ---------------------------------------------------------------- the environment pod
+
+
+def test_with_a_runner_image_an_init_container_puts_the_go_runner_into_a_read_only_volume(
+) -> None:
+    """The static runner is copied by itself (`runner install`, no shell) into an emptyDir
+    that every container of the trial mounts read-only at the runner's path."""
+    body = trial_body()
+    plan = plan_for(agent={"name": "oracle", "envFrom": [{"secretRef": {"name": "keys"}}]})
+    name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
+    pod = build_trial_pod(body, plan, Role.ENV, None, name, None, "reg/runner:1")
+    init = pod["spec"]["initContainers"][0]
+    assert init["image"] == "reg/runner:1"
+    assert init["command"] == ["/runner", "install", RUNNER_PATH]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert volumes(pod)["runner"] == {"name": "runner", "emptyDir": {"sizeLimit": "32Mi"}}
+    for c in ("main", "secrets"):
+        assert mounts(pod, c)["runner"] == {"name": "runner", "mountPath": RUNNER_MOUNT,
+                                            "readOnly": True}
+    assert "configMap" in volumes(render(trial_body()))["runner"]  # no image: runner.sh
 
 
 def test_pod_is_owned_by_the_trial_as_its_controller() -> None:

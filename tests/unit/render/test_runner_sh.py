@@ -1,4 +1,6 @@
-"""The in-pod runner (render/runner.sh), executed for real with dash and with busybox.
+"""The in-pod runner's contract (docs/runner-protocol.md), executed for real against both
+implementations: render/runner.sh with dash and with busybox, and the static Go runner
+(runner/, built once per content hash by hack/localcluster/runner_image.py).
 
 Each test gets a fresh SHIPYARD_ROOT, so nothing here needs root or a pod. The busybox
 variant runs with a PATH of busybox applets only, as in an Alpine or distroless-busybox image.
@@ -33,16 +35,17 @@ from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
 from shipyard.render.pod import runner_script
 
 DASH = shutil.which("dash")
+HACK = Path(__file__).resolve().parents[3] / "hack" / "localcluster"
 BUSYBOX = shutil.which("busybox")
 
 
 @dataclass
 class Runner:
-    """`sh runner ARGS...` with SHIPYARD_ROOT=root, as the operator's execs run it."""
+    """`runner ARGS...` (`sh runner.sh ARGS...` or the Go binary) with SHIPYARD_ROOT=root, as
+    the operator's execs run it."""
 
     root: Path
-    shell: str
-    script: Path
+    argv: tuple[str, ...]
     env: dict[str, str]
     prefix: tuple[str, ...] = ()  # e.g. nsenter into a pod-like PID namespace
 
@@ -52,7 +55,7 @@ class Runner:
         if grace is not None:
             env["SHIPYARD_LAUNCH_GRACE"] = str(grace)
         proc = subprocess.Popen(
-            [*self.prefix, self.shell, str(self.script), *args], env=env,
+            [*self.prefix, *self.argv, *args], env=env,
             start_new_session=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
@@ -137,22 +140,37 @@ def busybox_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return _busybox_path(tmp_path_factory.mktemp("busybox") / "bin")
 
 
-@pytest.fixture(params=["dash", "busybox"])
+@pytest.fixture(scope="session")
+def go_runner() -> str:
+    """The static Go runner, built (once per content hash, cached) as the runner image's."""
+    sys.path.insert(0, str(HACK))
+    try:
+        import runner_image
+        from layout import Layout
+    finally:
+        sys.path.remove(str(HACK))
+    return str(runner_image.build_binary(Layout.default()))
+
+
+@pytest.fixture(params=["dash", "busybox", "go"])
 def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runner]:
     root = tmp_path / "root"
     root.mkdir()
     script = tmp_path / "runner"
     script.write_text(runner_script())
     env = {"SHIPYARD_ROOT": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "HOME": str(tmp_path), "LC_ALL": "C"}
+           "HOME": str(tmp_path), "LC_ALL": "C", "SHIPYARD_SCRUB_ROOT": str(tmp_path / "fs")}
+    (tmp_path / "fs").mkdir()  # the Go runner's "whole container" for its scrub
     if request.param == "dash":
         if DASH is None:
             pytest.skip("dash is not installed")
-        shell = DASH
-    else:
+        argv: tuple[str, ...] = (DASH, str(script))
+    elif request.param == "busybox":
         env["PATH"] = request.getfixturevalue("busybox_path")
-        shell = f"{env['PATH']}/sh"
-    yield Runner(root=root, shell=shell, script=script, env=env)
+        argv = (f"{env['PATH']}/sh", str(script))
+    else:
+        argv = (request.getfixturevalue("go_runner"),)
+    yield Runner(root=root, argv=argv, env=env)
     for pid in _processes_of(root):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -475,7 +493,7 @@ def test_timeout_kills_the_whole_process_group(runner: Runner) -> None:
     assert [p for p in children if alive(p)] == []
 
 
-@pytest.mark.parametrize("runner", ["dash"], indirect=True)  # 5 s kill grace: one shell only
+@pytest.mark.parametrize("runner", ["dash", "go"], indirect=True)  # 5 s kill grace: one shell
 def test_command_that_ignores_term_is_killed(runner: Runner) -> None:
     result = runner.run_phase(phase("trap '' TERM\nwhile :; do sleep 0.1; done\n",
                                     timeout_sec=1))
@@ -997,3 +1015,30 @@ def test_files_a_phase_given_secrets_left_in_the_log_folders_are_scrubbed(
     assert encoded.startswith("[REDACTED]") and "c2stbGl2ZS0wMTIzNDU2Nzg5" not in encoded
     assert (logs / "plain.txt").read_text() == "plain\n"
     assert outside.read_text() == "keep sk-live-0123456789 here\n"
+
+
+@pytest.mark.parametrize("runner", ["go"], indirect=True)  # the Go runner's alone
+def test_secrets_a_phase_wrote_anywhere_are_scrubbed_once_it_ends(runner: Runner) -> None:
+    """Not only the log folders: every regular file changed during the phase (by its ctime,
+    which task code cannot set back) is redacted, a file too large to hold too; files older
+    than the phase and links are left as they are."""
+    value = "sk-live-0123456789"
+    mount_secret(runner.root, 0, {"API_KEY": value})
+    app = Path(runner.env["SHIPYARD_SCRUB_ROOT"]) / "app"
+    app.mkdir()
+    older = app / "older.txt"
+    older.write_text(f"kept {value}\n")
+    time.sleep(0.2)  # well before the phase (the kernel's file times are coarse)
+    big = app / "big.bin"
+    command = (f'echo "key=$API_KEY" > "{app}/config.txt"; touch -d 2001-01-01 "{app}/config.txt"\n'
+               f'head -c 1048570 /dev/zero > "{big}"; printf %s "$API_KEY" >> "{big}"\n'
+               f'head -c 67108864 /dev/zero >> "{big}"; echo "$API_KEY" >> "{big}"\n'
+               f'echo "$API_KEY" | base64 > "{app}/b64.txt"; ln -s "{older}" "{app}/link"\n')
+    result = runner.run_phase(phase(command, secrets=True))
+    assert result.exit_code == 0, result.output
+    assert (app / "config.txt").read_text() == "key=[REDACTED]\n"
+    assert value not in (app / "b64.txt").read_text()
+    data = big.read_bytes()
+    assert value.encode() not in data and data.count(b"[REDACTED]") == 2
+    assert len(data) == 1048570 + 67108864 + 2 * len("[REDACTED]") + 1
+    assert older.read_text() == f"kept {value}\n"

@@ -1,0 +1,3 @@
+module shipyard.dev/runner
+
+go 1.22

@@ -1,0 +1,151 @@
+// Command runner is Shipyard's in-pod phase runner: the same protocol as render/runner.sh
+// (docs/runner-protocol.md), as one static binary that never runs a program of the task image
+// for its own work. It reads /proc itself (one process at a time, the PID from the folder's
+// name), signals whole thread groups, switches users with system calls from the image's
+// /etc/passwd and /etc/group as parsed here, unpacks its bundles with archive/tar and redacts
+// secrets itself. Only the phase's own scripts (prepare, command) run with the image's /bin/sh.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | " +
+	"status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | artifacts LIMIT | sweep | " +
+	"put-secrets ID | install DEST"
+
+const (
+	killAfter    = 5     // seconds between TERM and KILL
+	outputLimit  = 65536 // the phase output's tail kept
+	defaultLimit = 262144
+	maxBundle    = 1 << 30
+)
+
+// paths are the runner's folders (SHIPYARD_ROOT, default /shipyard).
+type paths struct {
+	root, phases, state, secretsSrc, drops, baseline, probe string
+	scrubDirs                                               []string
+	grace                                                   int
+}
+
+var P paths
+
+// Per process: the base this launch uses, the base it took (printed once), whether task code
+// was launched by this process (a chain).
+var (
+	base     int64 = -1
+	newBase  int64 = -1
+	taskCode       = false
+	woken          = make(chan os.Signal, 1)
+)
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func setup() {
+	root := env("SHIPYARD_ROOT", "/shipyard")
+	P = paths{
+		root:       root,
+		phases:     root + "/phases",
+		state:      root + "/state",
+		secretsSrc: env("SHIPYARD_SECRETS_SRC", root+"/secrets"),
+		drops:      root + "/secret-drops",
+		baseline:   root + "/state/baseline",
+		probe:      root + "/probe",
+		scrubDirs:  strings.Fields(env("SHIPYARD_SCRUB_DIRS", "/logs/agent /logs/artifacts")),
+		grace:      3,
+	}
+	if g, err := strconv.Atoi(env("SHIPYARD_LAUNCH_GRACE", "3")); err == nil && g >= 0 {
+		P.grace = g
+	}
+}
+
+func die(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	os.Exit(code)
+}
+
+func intArg(args []string, i int, def int64) int64 {
+	if i >= len(args) || args[i] == "" {
+		return def
+	}
+	v, err := strconv.ParseInt(args[i], 10, 64)
+	if err != nil {
+		die(2, "shipyard runner: %q is not a number", args[i])
+	}
+	return v
+}
+
+func strArg(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
+}
+
+func main() {
+	setup()
+	syscall.Umask(0o022)
+	signal.Notify(woken, syscall.SIGUSR1)
+	if len(os.Args) < 2 {
+		die(2, usage)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	need := func(n int) {
+		if len(args) < n {
+			die(2, usage)
+		}
+	}
+	switch cmd {
+	case "launch":
+		need(2)
+		os.Exit(launch(args[0], intArg(args, 1, 0), intArg(args, 2, defaultLimit), strArg(args, 3),
+			intArg(args, 4, -1)))
+	case "chain":
+		need(3)
+		os.Exit(chain(intArg(args, 0, defaultLimit), intArg(args, 1, 0), args[2:]))
+	case "supervise":
+		need(1)
+		b, _ := strconv.ParseInt(os.Getenv("SHIPYARD_BASE"), 10, 64)
+		if os.Getenv("SHIPYARD_BASE") != "" {
+			base = b
+		}
+		os.Unsetenv("SHIPYARD_BASE")
+		supervise(args[0])
+	case "status":
+		need(1)
+		fmt.Println(status(args[0]))
+	case "result":
+		need(1)
+		result(args[0], intArg(args, 1, defaultLimit), intArg(args, 2, 0))
+	case "stop":
+		need(1)
+		stop(args[0], intArg(args, 1, defaultLimit))
+	case "ready":
+		if value(P.state+"/running", "") != "" {
+			os.Exit(1)
+		}
+	case "artifacts":
+		need(1)
+		os.Exit(artifacts(intArg(args, 0, 0)))
+	case "sweep":
+		sweep()
+	case "put-secrets":
+		need(1)
+		putSecrets(args[0])
+	case "install":
+		need(1)
+		install(args[0])
+	default:
+		die(2, usage)
+	}
+}
