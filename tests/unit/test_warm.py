@@ -186,3 +186,11 @@ def test_a_sweep_keeps_one_pool_per_task_with_trials_left_and_none_when_suspende
     assert sweep_pools(sweep, spec, slots, unstarted, 0) == {}
     queued = {"metadata": {**sweep["metadata"], "labels": {LABEL_QUEUE_NAME: "q"}}}
     assert sweep_pools(queued, spec, slots, unstarted, 8) == {}
+
+
+def test_a_warm_pod_gets_the_operator_s_runner_as_a_cold_pod_does() -> None:
+    plan = plan_for()
+    spec = warm_spec(trial_body(), plan, None, "localhost/shipyard/runner:abc")
+    images = [c["image"] for c in spec.get("initContainers", [])]
+    assert "localhost/shipyard/runner:abc" in images
+    assert warm_key(spec) != warm_key(warm_spec(trial_body(), plan, None))

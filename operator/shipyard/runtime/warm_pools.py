@@ -69,7 +69,8 @@ _loaded_at = time.monotonic()
 
 def pod_spec_for(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings
                  ) -> tuple[dict[str, Any], str]:
-    spec = warm_spec(trial, plan, probe_image_for(plan, settings.probe_image))
+    spec = warm_spec(trial, plan, probe_image_for(plan, settings.probe_image),
+                     settings.runner_image)
     return spec, warm_key(spec)
 
 
