@@ -274,3 +274,15 @@ def task_files(test_sh: str, solve_sh: str = "", toml_extra: str = "",
 def condition(trial: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in trial.get("status", {}).get("conditions", [])
                  if c["type"] == type_), None)
+
+
+def wait_ready(core_v1, namespace: str, name: str, timeout: float = 60) -> str:
+    """The pod's IP once it is Ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = core_v1.read_namespaced_pod(name, namespace)
+        if pod.status.pod_ip and any(c.type == "Ready" and c.status == "True"
+                                     for c in pod.status.conditions or []):
+            return pod.status.pod_ip
+        time.sleep(0.3)
+    raise AssertionError(f"{namespace}/{name} never became ready")

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from shipyard.api.conventions import RUNNER_INIT_CONTAINER
-from tests.e2e.conftest import ROOT, TEST_IMAGE, condition
+from tests.e2e.conftest import ROOT, TEST_IMAGE, condition, wait_ready
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import complete, create_sweep, sweep_trials, wait_sweep
 
@@ -126,17 +126,6 @@ def target_ip(core_v1, namespace) -> str:
                                    tcp_socket=client.V1TCPSocketAction(port=8080),
                                    period_seconds=1))])))
     return wait_ready(core_v1, namespace, "target")
-
-
-def wait_ready(core_v1, namespace: str, name: str) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pod = core_v1.read_namespaced_pod(name, namespace)
-        if pod.status.pod_ip and any(c.type == "Ready" and c.status == "True"
-                                     for c in pod.status.conditions or []):
-            return pod.status.pod_ip
-        time.sleep(0.3)
-    raise AssertionError(f"pod {name} never became ready")
 
 
 @pytest.fixture

@@ -14,13 +14,12 @@ import http.server
 import json
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import TEST_IMAGE
+from tests.e2e.conftest import TEST_IMAGE, wait_ready
 from tests.e2e.test_build_network import host_addresses, reachable_from_host
 
 pytestmark = pytest.mark.usefixtures("local_only")
@@ -96,14 +95,7 @@ def http_pod(core_v1, namespace: str, name: str) -> str:
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1ServiceSpec(selector={"role": name},
                                   ports=[client.V1ServicePort(port=80, target_port=8080)])))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        got = core_v1.read_namespaced_pod(name, namespace)
-        if got.status.pod_ip and any(c.type == "Ready" and c.status == "True"
-                                     for c in got.status.conditions or []):
-            return got.status.pod_ip
-        time.sleep(0.3)
-    raise AssertionError(f"{namespace}/{name} never became ready")
+    return wait_ready(core_v1, namespace, name, timeout=90)
 
 
 @pytest.fixture
