@@ -141,9 +141,14 @@ def pool_event(event_type: str | None, body: dict[str, Any], namespace: str, nam
         _pools.pop(key, None)
         return
     if index is not None:
+        # The pool's own status write comes back as an event: nothing to do for it (a pass
+        # per write would list the pods again for nothing).
+        spec_changed = (index.body.get("metadata", {}).get("generation")
+                        != body.get("metadata", {}).get("generation"))
         index.body.clear()
         index.body.update(body)
-        index.event.set()
+        if spec_changed:
+            index.event.set()
         return
     index = _pools[key] = PoolIndex(dict(body))
     index.task = asyncio.get_running_loop().create_task(run_pool(index, namespace, name, logger),
