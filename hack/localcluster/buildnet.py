@@ -23,7 +23,7 @@ buildkitd itself fetches `ADD <url>` sources (and git sources) on the host's net
 build container. It runs in a cgroup of its own (`shipyard-buildkitd`, cgroup v2), and an
 nftables chain hooked on output before kube-proxy's DNAT and kube-router's accepts (priority
 mangle) refuses every new connection of that cgroup to the same places, with an ICMP
-"administratively prohibited" (the build fails at once: `connect: no route to host`), except:
+"host unreachable" (the build fails at once: `connect: no route to host`), except:
 the registry at exactly 127.0.0.1:5055 (the stand-in bases and the pushes of built images) and
 port 53 of the host's own resolvers. Applied idempotently by `up` (a running buildkitd is moved
 into the cgroup, no restart); removed by `down`.
@@ -191,7 +191,7 @@ def nft_ruleset(cgroup_path: str, nameservers: list[str]) -> str:
     port-to-port forwarding. `cgroup_path` is relative to /sys/fs/cgroup, as nft resolves it."""
     v4 = [ns for ns in nameservers if ipaddress.ip_address(ns).version == 4]
     v6 = [ns for ns in nameservers if ipaddress.ip_address(ns).version == 6]
-    reject = "reject with icmpx admin-prohibited"
+    reject = "reject with icmpx host-unreachable"
     dns = "".join(f"    {family} daddr {{ {', '.join(found)} }} meta l4proto {{ tcp, udp }} "
                   "th dport 53 return\n"
                   for family, found in (("ip", v4), ("ip6", v6)) if found)

@@ -16,6 +16,7 @@ import json
 import socket
 import ssl
 import subprocess
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -232,3 +233,88 @@ def test_buildkitd_takes_only_clients_with_the_build_jobs_certificate(
                                   ("imagebuilds", job.metadata.name))]
     seen.append(build_log(shipyard, batch_v1, namespace))
     assert not [text for text in seen for n in needles if n in text]
+
+
+# ------------------------------------------------ ADD <url>: fetched by buildkitd itself
+
+
+def add_task(nonce: str, dockerfile: str) -> dict[str, str]:
+    files = probe_task(nonce, [])
+    files["environment/Dockerfile"] = dockerfile
+    files["environment/nonce.txt"] = nonce + "\n"
+    return files
+
+
+def add_attacks(core_v1) -> dict[str, tuple[str, str | None]]:
+    """name -> (the URL an ADD fetches, the host:port that answers it from the host, if any).
+    buildkitd fetches ADD sources itself, on the host's network, not in a build container."""
+    node = next(h for h in host_addresses() if not h.startswith("10.89."))
+    kubernetes = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
+    (coredns, *_) = [p.status.pod_ip for p in core_v1.list_namespaced_pod(
+        "kube-system", label_selector="k8s-app=kube-dns").items if p.status.pod_ip]
+    return {
+        "etcd": ("http://127.0.0.1:2379/v3/kv/range", "127.0.0.1:2379"),
+        "apiserver": (f"https://{node}:6443/api/v1/secrets", f"{node}:6443"),
+        "apiserver-loopback": ("https://127.0.0.1:6443/version", "127.0.0.1:6443"),
+        "apiserver-ipv6": ("https://[::1]:6443/version", None),
+        "apiserver-service": (f"https://{kubernetes}/version", f"{kubernetes}:443"),
+        "kubelet": ("https://127.0.0.1:10250/pods", "127.0.0.1:10250"),
+        "metadata": ("http://169.254.169.254/latest/meta-data/iam/", None),
+        "coredns-service": (f"http://{dns}:53/", f"{dns}:53"),
+        "coredns-pod": (f"http://{coredns}:53/", f"{coredns}:53"),
+        "buildkitd": ("https://127.0.0.1:1234/", "127.0.0.1:1234"),
+        "registry-other-address": (f"http://{node}:5055/v2/", None),
+    }
+
+
+def manifest_digest(repo: str, tag: str) -> str | None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:5055/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json, "
+                           "application/vnd.docker.distribution.manifest.list.v2+json, "
+                           "application/vnd.oci.image.manifest.v1+json"})
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return resp.headers.get("Docker-Content-Digest")
+
+
+def test_add_url_cannot_fetch_from_the_cluster_the_host_or_the_metadata_server(
+        shipyard, core_v1, namespace):
+    attacks = add_attacks(core_v1)
+    # Not trivially refused: these answer from the host, where buildkitd runs.
+    for name, (_, answers) in attacks.items():
+        if answers is not None:
+            assert reachable_from_host(answers), (name, answers)
+    victim = ("library/debian", "bookworm")
+    before = manifest_digest(*victim)
+    nonce = uuid.uuid4().hex
+    for name, (url, _) in attacks.items():
+        shipyard.task(f"add-{name}", add_task(
+            nonce, f"FROM debian:bookworm\nCOPY nonce.txt /nonce.txt\nADD {url} /fetched\n"))
+    # The registry's write API: ADD only GETs, so an upload URL is not an upload.
+    shipyard.task("add-registry-write", add_task(
+        nonce, "FROM debian:bookworm\nCOPY nonce.txt /nonce.txt\n"
+        f"ADD http://127.0.0.1:5055/v2/{victim[0]}/blobs/uploads/ /fetched\n"))
+    # What builds are for still works: a stand-in base from the registry, pip and apt in RUN
+    # steps, an ADD from the outside world (PyPI), the push to the registry.
+    shipyard.task("add-normal", add_task(
+        nonce, "FROM python:3.12-slim\nCOPY nonce.txt /nonce.txt\n"
+        "ADD https://pypi.org/simple/six/ /six.html\n"
+        "RUN grep -q six- /six.html && echo add-from-pypi-ok\n"
+        "RUN pip install --no-cache-dir -q six && python3 -c 'import six'\n"
+        "RUN apt-get update -qq && echo debian-archive-ok\n"))
+    for name, (url, _) in attacks.items():
+        task = wait_images(shipyard, f"add-{name}", timeout=300)
+        cond = condition_any(task, "ImagesReady")
+        assert cond["status"] == "False" and cond["reason"] == "ImageBuildFailed", (name, cond)
+        # Refused by the build network, at once, and said so: not a TLS or HTTP error of a
+        # server it reached.
+        assert url in cond["message"], (name, cond["message"])
+        assert "no route to host" in cond["message"], (name, cond["message"])
+        assert "refused by the build network" in cond["message"], (name, cond["message"])
+    write = condition_any(wait_images(shipyard, "add-registry-write", timeout=300),
+                          "ImagesReady")
+    assert write["status"] == "False" and write["reason"] == "ImageBuildFailed", write
+    assert manifest_digest(*victim) == before
+    normal = condition_any(wait_images(shipyard, "add-normal", timeout=400), "ImagesReady")
+    assert normal["status"] == "True", normal

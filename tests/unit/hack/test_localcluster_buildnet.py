@@ -59,7 +59,7 @@ def test_buildkitds_own_fetches_reach_the_registry_and_resolvers_but_nothing_els
     assert "fd00::53" in lines[3] and "th dport 53 return" in lines[3]
     # Then refused at once: the host's every address, the cluster's ranges, the builds' bridge,
     # link-local (metadata) and loopback, IPv6 too.
-    refused = [line for line in lines if line.endswith("reject with icmpx admin-prohibited")]
+    refused = [line for line in lines if line.endswith("reject with icmpx host-unreachable")]
     assert refused[0].startswith("fib daddr type local")
     for cidr in (POD_CIDR, SERVICE_CIDR, buildnet.BUILD_CIDR, "169.254.0.0/16", "127.0.0.0/8",
                  "::1/128", "fe80::/10"):
