@@ -205,23 +205,31 @@ def _collect_command(hooks: tuple[VerifierCollectConfig, ...],
                      artifacts: tuple[ArtifactConfig, ...]) -> str:
     """Before a separate verifier: collect hooks, then the artifacts packed for the verifier
     pod (best effort, as Harbor's collection never fails a trial)."""
-    command = "".join(_collect_hook(h) for h in hooks)
-    command += f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR} && mkdir -p {ARTIFACTS_STAGE}\n"
-    command += f": > {ARTIFACTS_TAR}.list\n"
-    command += "".join(_stage_artifact(a) for a in artifacts)
-    command += (
+    return "".join(_collect_hook(h) for h in hooks) + _pack_artifacts(artifacts) + "exit 0\n"
+
+
+def _pack_artifacts(artifacts: tuple[ArtifactConfig, ...]) -> str:
+    """The artifacts packed (as root) into the runner's root-only folder, where the operator
+    reads them (bounded) and keeps only regular files and folders (`render.artifact_bundle`).
+    Best effort: a failure leaves what was packed, never fails the phase."""
+    pack = f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR} && mkdir -p {ARTIFACTS_STAGE}\n"
+    pack += f": > {ARTIFACTS_TAR}.list\n"
+    pack += "".join(_stage_artifact(a) for a in artifacts)
+    pack += (
         f"tar -c -f {ARTIFACTS_TAR} -C {ARTIFACTS_STAGE} -T {ARTIFACTS_TAR}.list 2>/dev/null "
         f"|| tar -c -f {ARTIFACTS_TAR} -T /dev/null\n"
         f"rm -rf {ARTIFACTS_STAGE}\n"
-        "exit 0\n"
     )
-    return command
+    return pack
 
 
 def _verify(intent: VerifyScript) -> PhaseScripts:
     """Stale rewards removed, tests uploaded now (unless bundled in a verifier image), the
-    test script run; for a shared verifier the collect hooks run first (best effort)."""
+    test script run; for a shared verifier the collect hooks run first (best effort), then its
+    artifacts are packed, as Harbor collects them before verification."""
     prepare = "".join(_collect_hook(h) for h in intent.hooks)
+    if intent.artifacts:
+        prepare += f"(\n{_pack_artifacts(intent.artifacts)}) || true\n"
     # Stale rewards, the oracle's files (for its agent phase only), the tests to be replaced.
     # test-stdout.txt too: whatever an agent planted there (a link) is gone before the
     # command's redirect, as root, opens it.

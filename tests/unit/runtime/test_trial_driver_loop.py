@@ -60,6 +60,7 @@ class FakeExecutor:
             loop.CreatePodObject: "create_pod_object", loop.RunExec: "run_exec",
             loop.DeletePod: "delete_pod", loop.RemovePods: "remove_pods",
             loop.ReleaseWorkloads: "nothing", loop.FetchPod: "fetch_pod",
+            loop.KeepArtifacts: "nothing",
         }[type(action)])(action)
 
     def _seen(self, name: str | None) -> PodObservation:
