@@ -329,6 +329,9 @@ class KubeTrialExecutor:
         if not data and not refused:
             return
         entries = self.plan.step(step).artifacts if self.plan is not None else ()
+        if refused:
+            refused = (f"{refused.strip()} (the artifacts limit is "
+                       f"{ARTIFACTS_LIMIT_BYTES // (1024 * 1024)} MiB of files)")
         await self.call(kube_artifacts.save,
                         artifacts_configmaps(self.body, data, step, entries, refused))
 

@@ -99,6 +99,30 @@ def test_collect_hooks_run_before_the_rewards_are_reset() -> None:
     assert "(ignored)" in prepare  # best effort, as in Harbor
 
 
+def test_a_shared_verifier_packs_every_artifact_after_its_hooks_and_before_its_tests() -> None:
+    """Harbor collects artifacts after the collect hooks and before verification, for every
+    trial (issue 26): a shared verifier's root prepare packs them where only root writes."""
+    toml = 'artifacts = ["/app/answer.txt", {source = "/var/db", service = "db"}]\n' + \
+        with_toml('[[verifier.collect]]\ncommand = "cp -r /app/out /logs/artifacts/"\n')
+    plan = plan_for(task(toml), artifacts=[{"source": "/app/extra/", "destination": "x"}])
+    assert [p.name for p in plan.phases] == ["environment", "agent", "verifier"]
+    verifier = plan.phase("verifier")
+    assert [a.source for a in verifier.script.artifacts] == [
+        "/logs/artifacts", "/app/answer.txt", "/app/extra/"]  # the main container's only
+    assert [a.source for a in plan.steps[0].artifacts] == [
+        "/logs/artifacts", "/app/answer.txt", "/var/db", "/app/extra/"]  # the manifest's rows
+    prepare = scripts(verifier).prepare
+    pack = prepare.index("/shipyard/state/artifacts.tar")
+    assert prepare.index("cp -r /app/out") < pack < prepare.index("rm -rf -- ")
+    assert ") || true\n" in prepare  # best effort: never fails the verifier
+
+
+def test_a_task_without_declared_artifacts_still_packs_the_convention_folder() -> None:
+    verifier = plan_for().phase("verifier")
+    assert [a.source for a in verifier.script.artifacts] == ["/logs/artifacts"]
+    assert "logs/artifacts" in scripts(verifier).prepare
+
+
 # ---------------------------------------------------------------- what reaches the pod, when
 
 
