@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import TEST_IMAGE
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_observe import free_port
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, wait_sweep
 from tests.harbor_venv import harbor_python
 
 ARTIFACTS = ('artifacts = ["/app/out.txt", {source = "/app/results", destination = "res", '
-             'exclude = ["*.tmp"]}, "/app/missing.txt"]\n')
+             'exclude = ["*.tmp"]}, "/app/missing.txt", "/app/etc"]\n')
 SOLVE = """#!/bin/sh
 mkdir -p /app/results /logs/artifacts/sub
 echo report > /logs/artifacts/report.txt
@@ -32,6 +33,7 @@ echo out > /app/out.txt
 echo r1 > /app/results/r1.txt
 echo tmp > /app/results/skip.tmp
 ln -s /etc/passwd /logs/artifacts/passwd-link
+ln -s /etc /app/etc
 mkfifo /logs/artifacts/fifo
 mknod /logs/artifacts/null c 1 3 2>/dev/null || true
 echo ok > /tmp/out
@@ -55,7 +57,7 @@ def task(name: str, toml: str, solve: str, test: str) -> dict[str, Any]:
 def exported(cluster, crds, operator, custom_objects, core_v1, tmp_path_factory
              ) -> Iterator[tuple[Path, str, dict[str, Any]]]:
     """One Sweep (oracle) over a shared-verifier task, a separate-verifier task and one whose
-    artifacts are over the limit, exported with `sweep results -o`."""
+    artifacts are over the limit (on busybox), exported with `sweep results -o`."""
     import uuid
 
     from kubernetes import client
@@ -65,13 +67,14 @@ def exported(cluster, crds, operator, custom_objects, core_v1, tmp_path_factory
     ns = f"{TEST_NAMESPACE_PREFIX}-artx-{uuid.uuid4().hex[:6]}"
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
-    env = f'[environment]\ndocker_image = "{BUSYBOX}"\n'
+    # Debian's GNU tar packs a folder with `exclude` patterns (busybox's tar has no --exclude)
+    env = f'[environment]\ndocker_image = "{TEST_IMAGE}"\n'
     try:
         for body in (
             task("arts", ARTIFACTS + env, SOLVE, TEST),
             task("artsep", ARTIFACTS + '[verifier]\nenvironment_mode = "separate"\n' + env,
                  SOLVE, SEPARATE_TEST),
-            task("artbig", env, BIG, TEST),
+            task("artbig", f'[environment]\ndocker_image = "{BUSYBOX}"\n', BIG, TEST),
         ):
             custom_objects.create_namespaced_custom_object("shipyard.dev", "v1alpha1", ns,
                                                            "tasks", body)
@@ -111,6 +114,7 @@ EXPECTED_MANIFEST = [
     row("/app/out.txt", "artifacts/app/out.txt", "file", "ok"),
     row("/app/results", "artifacts/res", "directory", "ok", ["*.tmp"]),
     row("/app/missing.txt", "artifacts/app/missing.txt", "file", "failed"),
+    row("/app/etc", "artifacts/app/etc", "file", "failed"),  # a link: not followed
 ]
 
 

@@ -193,7 +193,10 @@ def _stage_artifact(artifact: ArtifactConfig) -> str:
     stage_parent = shlex.quote(f"{ARTIFACTS_STAGE}/{parent}")
     listed = f" && echo {shlex.quote(rel)} >> {ARTIFACTS_TAR}.list"
     return (
-        f"if [ -d {src} ]; then mkdir -p {stage} && tar -c -f - -C {src}{excludes} . "
+        # A link anywhere on the path (say, the agent's /app/out -> /root) is not followed.
+        f'if [ -e {src} ] && [ "$(readlink -f {src})" != {src} ]; then '
+        f"echo {shlex.quote(f'artifact /{rel}: a link on its path, not collected')} >&2\n"
+        f"elif [ -d {src} ]; then mkdir -p {stage} && tar -c -f - -C {src}{excludes} . "
         f"| tar -x -f - -C {stage}{listed}\n"
         f"elif [ -e {src} ]; then mkdir -p {stage_parent} && tar -c -f - -C "
         f"{shlex.quote('/' + parent)} {shlex.quote(name)} | tar -x -f - -C {stage_parent}{listed}"
@@ -215,10 +218,14 @@ def _pack_artifacts(artifacts: tuple[ArtifactConfig, ...]) -> str:
     pack = f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR} && mkdir -p {ARTIFACTS_STAGE}\n"
     pack += f": > {ARTIFACTS_TAR}.list\n"
     pack += "".join(_stage_artifact(a) for a in artifacts)
+    # The staged entries named as arguments (busybox's tar has no -T), each as ./<path>; none
+    # packed: an empty file (the operator reads no artifacts from it).
     pack += (
-        f"tar -c -f {ARTIFACTS_TAR} -C {ARTIFACTS_STAGE} -T {ARTIFACTS_TAR}.list 2>/dev/null "
-        f"|| tar -c -f {ARTIFACTS_TAR} -T /dev/null\n"
-        f"rm -rf {ARTIFACTS_STAGE}\n"
+        "set --\n"
+        f'while IFS= read -r e; do set -- "$@" "./$e"; done < {ARTIFACTS_TAR}.list\n'
+        f'if [ $# -gt 0 ]; then tar -c -f {ARTIFACTS_TAR} -C {ARTIFACTS_STAGE} "$@"; '
+        f"else : > {ARTIFACTS_TAR}; fi\n"
+        f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR}.list\n"
     )
     return pack
 

@@ -472,10 +472,12 @@ def test_artifact_excludes_apply_to_directories_only() -> None:
     plan = plan_for(task(toml), artifacts=[
         {"source": "/app/out", "exclude": ["*.tmp", "cache dir"]}])
     branches = scripts(plan.phase("collect")).command.split("\n")
-    directory = next(b for b in branches if b.startswith("if [ -d /app/out ]"))
+    directory = next(b for b in branches if b.startswith("elif [ -d /app/out ]"))
     single_file = next(b for b in branches if b.startswith("elif [ -e /app/out ]"))
     assert "-C /app/out --exclude='*.tmp' --exclude='cache dir' ." in directory
     assert "--exclude" not in single_file
+    link = next(b for b in branches if b.startswith("if [ -e /app/out ]"))
+    assert '"$(readlink -f /app/out)" != /app/out' in link  # a link on the path: not followed
 
 
 def _spec_of(phase: PhaseSpec) -> str:
