@@ -224,3 +224,34 @@ for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
                  "statuses": [e["status"] for e in a["manifest"]]}
 print(json.dumps(out))
 """
+
+
+def test_a_secret_the_agent_wrote_into_its_artifacts_is_not_exported(cluster, shipyard,
+                                                                      tmp_path) -> None:
+    """The runner redacts a secret phase's values in every file it changed before the
+    artifacts are packed: `shipyard results TRIAL --output-dir` exports the files, not the
+    value."""
+    from kubernetes import client
+
+    value = "sk-art-" + "7f3a9c1e5b" * 3
+    shipyard.core.create_namespaced_secret(shipyard.namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="model-key"), string_data={"MODEL_API_KEY": value}))
+    shipyard.task("leak", task("leak", 'artifacts = ["/app/out.txt"]\n'
+                               f'[environment]\ndocker_image = "{BUSYBOX}"\n', "", TEST)
+                  ["spec"]["source"]["inline"]["files"])
+    shipyard.trial("leak-command", "leak", {
+        "name": "command", "envFrom": [{"secretRef": {"name": "model-key"}}],
+        "command": 'mkdir -p /app; echo "key=$MODEL_API_KEY" > /logs/artifacts/key.txt; '
+                   'echo "$MODEL_API_KEY" > /app/out.txt; echo ok > /tmp/out'})
+    trial = shipyard.wait("leak-command", timeout=180)
+    assert trial["status"]["phase"] == "Completed", trial["status"]
+    out = tmp_path / "job"
+    ok(shipyard_cli(cluster, "results", "leak-command", "-n", shipyard.namespace,
+                    "--output-dir", str(out)))
+    art = out / "leak-command" / "artifacts"
+    assert [r["status"] for r in manifest(out / "leak-command")] == ["ok", "ok"]
+    key = (art / "logs/artifacts/key.txt").read_text()
+    assert key.startswith("key=") and value not in key, key
+    exported = [p.read_bytes() for p in out.rglob("*") if p.is_file()]
+    assert not [b for b in exported if value.encode() in b]
+    assert (art / "app/out.txt").exists()
