@@ -195,7 +195,7 @@ def test_harbors_models_and_viewer_read_the_exported_artifacts(exported) -> None
             assert by_task[name]["files"] == [
                 "app/out.txt", "logs/artifacts/report.txt", "logs/artifacts/sub/b.txt",
                 "res/r1.txt"], by_task[name]
-            assert by_task[name]["statuses"] == ["ok", "ok", "ok", "failed"]
+            assert by_task[name]["statuses"] == ["ok", "ok", "ok", "failed", "failed"]
         assert by_task["artbig"]["statuses"] == ["failed"]
     finally:
         viewer.terminate()
