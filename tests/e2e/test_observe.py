@@ -484,6 +484,11 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
         for trial in seen.values():
             assert trial["ctrf_tests"] == 2, trial
             assert "checking the answer" in trial["stderr"] and "passed" in trial["stdout"]
+            # the artifacts' manifest, read by Harbor's models and viewer: the empty
+            # convention folder (the task declares no artifacts)
+            assert trial["manifest"] == [{
+                "source": "/logs/artifacts", "destination": "artifacts/logs/artifacts",
+                "type": "directory", "status": "empty", "service": None, "exclude": []}], trial
     finally:
         viewer.terminate()
         viewer.wait(20)
@@ -492,6 +497,7 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
 HARBOR_REPORTS_CHECK = """
 import json, sys, urllib.request
 from pathlib import Path
+from harbor.models.trial.artifact_manifest import ArtifactManifestEntry
 from harbor.models.trial.result import TrialResult
 base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 def get(path):
@@ -502,7 +508,11 @@ for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
     name = t["name"]
     TrialResult.model_validate_json((jobs / job / name / "result.json").read_text())
     v = get(f"/api/jobs/{job}/trials/{name}/verifier-output")
+    raw = json.loads((jobs / job / name / "artifacts" / "manifest.json").read_text())
+    rows = [ArtifactManifestEntry.model_validate(e).model_dump(mode="json") for e in raw]
+    assert rows == raw, (rows, raw)
+    a = get(f"/api/jobs/{job}/trials/{name}/artifacts")
     out[name] = {"ctrf_tests": json.loads(v["ctrf"])["results"]["summary"]["tests"],
-                 "stderr": v["stderr"], "stdout": v["stdout"]}
+                 "stderr": v["stderr"], "stdout": v["stdout"], "manifest": a["manifest"]}
 print(json.dumps(out))
 """
