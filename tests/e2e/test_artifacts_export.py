@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,8 @@ import pytest
 
 from tests.e2e.conftest import TEST_IMAGE
 from tests.e2e.test_cli import ok, shipyard_cli
-from tests.e2e.test_observe import free_port
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, wait_sweep
-from tests.harbor_venv import harbor_python
+from tests.harbor_venv import VIEWER_CLIENT, harbor_python, harbor_view
 
 ARTIFACTS = ('artifacts = ["/app/out.txt", {source = "/app/results", destination = "res", '
              'exclude = ["*.tmp"]}, "/app/missing.txt", "/app/etc"]\n')
@@ -171,20 +168,7 @@ def test_harbors_models_and_viewer_read_the_exported_artifacts(exported) -> None
     endpoint (as `harbor view` serves it) lists the files and the manifest."""
     jobs, _, _ = exported
     python = harbor_python()
-    port = free_port()
-    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
-                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "harbor view did not start"
-                time.sleep(0.5)
+    with harbor_view(python, jobs) as base:
         check = subprocess.run([python, "-c", HARBOR_ARTIFACTS_CHECK, base, "arty", str(jobs)],
                                capture_output=True, text=True, timeout=120)
         assert check.returncode == 0, check.stderr[-3000:]
@@ -197,20 +181,9 @@ def test_harbors_models_and_viewer_read_the_exported_artifacts(exported) -> None
                 "res/r1.txt"], by_task[name]
             assert by_task[name]["statuses"] == ["ok", "ok", "ok", "failed", "failed"]
         assert by_task["artbig"]["statuses"] == ["failed"]
-    finally:
-        viewer.terminate()
-        viewer.wait(20)
 
 
-HARBOR_ARTIFACTS_CHECK = """
-import json, sys, urllib.request
-from pathlib import Path
-from harbor.models.trial.artifact_manifest import ArtifactManifest, ArtifactManifestEntry
-from harbor.models.trial.result import TrialResult
-base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=30) as r:
-        return json.loads(r.read())
+HARBOR_ARTIFACTS_CHECK = VIEWER_CLIENT + """
 out = {}
 for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
     name = t["name"]

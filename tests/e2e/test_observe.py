@@ -29,7 +29,7 @@ from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
 from tests.e2e.conftest import GROUP, VERSION, OperatorProcess, build_env, lease_env
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, sweep_trials, wait_sweep
-from tests.harbor_venv import harbor_python
+from tests.harbor_venv import VIEWER_CLIENT, harbor_python, harbor_view
 from tests.unit.cli.test_chart import dashboard_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,20 +337,7 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
             assert e[field] == mine[field], (key, field, e[field], mine[field])
 
     # Harbor's viewer, as `harbor view` serves it
-    port = free_port()
-    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
-                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "harbor view did not start"
-                time.sleep(0.5)
+    with harbor_view(python, jobs) as base:
         seen = subprocess.run([python, "-c", HARBOR_VIEW_CHECK, base, "obs"],
                               capture_output=True, text=True, timeout=120)
         assert seen.returncode == 0, seen.stderr[-3000:]
@@ -362,9 +349,6 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
                        if r["task_name"] == "nosuch")
         page = chromium("--dump-dom", f"{base}/jobs/obs/trials/{missing}")
         assert missing in page.stdout and "TaskNotFoundError" in page.stdout
-    finally:
-        viewer.terminate()
-        viewer.wait(20)
 
 
 # ---------------------------------------------------------------- a pytest task's verifier reports
@@ -462,20 +446,7 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
     endpoint returns the CTRF report and stderr (as `harbor view` serves them)."""
     jobs, _ = pytest_job
     python = harbor_python()
-    port = free_port()
-    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
-                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "harbor view did not start"
-                time.sleep(0.5)
+    with harbor_view(python, jobs) as base:
         check = subprocess.run([python, "-c", HARBOR_REPORTS_CHECK, base, "pyt", str(jobs)],
                                capture_output=True, text=True, timeout=120)
         assert check.returncode == 0, check.stderr[-3000:]
@@ -489,20 +460,9 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
             assert trial["manifest"] == [{
                 "source": "/logs/artifacts", "destination": "artifacts/logs/artifacts",
                 "type": "directory", "status": "empty", "service": None, "exclude": []}], trial
-    finally:
-        viewer.terminate()
-        viewer.wait(20)
 
 
-HARBOR_REPORTS_CHECK = """
-import json, sys, urllib.request
-from pathlib import Path
-from harbor.models.trial.artifact_manifest import ArtifactManifestEntry
-from harbor.models.trial.result import TrialResult
-base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=30) as r:
-        return json.loads(r.read())
+HARBOR_REPORTS_CHECK = VIEWER_CLIENT + """
 out = {}
 for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
     name = t["name"]

@@ -325,8 +325,11 @@ class KubeTrialExecutor:
         await self._keep(data, action.step, action.refused)
         return loop.Nothing()
 
-    async def _keep(self, data: bytes, step: str | None, refused: str | None) -> None:
-        if not data and not refused:
+    async def _keep(self, data: bytes, step: str | None, refused: str | None,
+                    packed: bool = False) -> None:
+        """Kept with the step's collection set; nothing when nothing was packed (`packed`: an
+        empty tar was, e.g. the agent removed every artifact: the manifest says `failed`)."""
+        if not data and not refused and not packed:
             return
         entries = self.plan.step(step).artifacts if self.plan is not None else ()
         if refused:
@@ -349,7 +352,8 @@ class KubeTrialExecutor:
             refused = reply.error
             self.logger.warning(f"artifacts of {action.pod} not kept: {refused}")
         try:
-            await self._keep(reply.stdout if reply.state == "ok" else b"", action.step, refused)
+            await self._keep(reply.stdout if reply.state == "ok" else b"", action.step, refused,
+                             packed=reply.state == "ok")
         except ApiException as e:
             self.logger.warning(f"artifacts of {action.pod} not kept: {e.status} {e.reason}")
         return loop.Nothing()
