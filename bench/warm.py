@@ -8,12 +8,15 @@
 - cold: a Sweep of N trivial oracle trials at parallelism P, warm pods off
   (SHIPYARD_SWEEP_WARM_PODS=0), timed from the Sweep's creation to its last trial's end;
 - warm: the same Sweep with warm pods (the pods it warms are created after the Sweep: they
-  count);
+  count); `warmK` with K warm pods per slot (SHIPYARD_SWEEP_WARM_AHEAD=K), else the
+  operator's default;
 - apply: `kubectl apply` of one Trial → its reward, p50 over `--runs`, with a WarmPool of one
   pod (each run waits for the pool to be ready again), and without (the cold figure beside it).
 
 Each arm has a namespace and an operator of its own and starts on a quiet node
-(`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor.
+(`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor. Arms run
+in the order given and may repeat (`floor,cold,warm,floor,warm,cold`: a later floor is
+printed beside the first) to see the noise of a shared node.
 """
 
 from __future__ import annotations
@@ -124,10 +127,13 @@ class Operated:
 
 
 def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
-          timeout: float) -> tuple[float, int, int]:
+          timeout: float, ahead: int | None = None) -> tuple[float, int, int]:
     """Seconds from the Sweep's creation to its last trial's end; trials rewarded 1; trials
-    that ran in a warm pod."""
-    env = {"SHIPYARD_SWEEP_WARM_PODS": "8" if warm else "0"}
+    that ran in a warm pod. `ahead`: warm pods per slot (SHIPYARD_SWEEP_WARM_AHEAD; None:
+    the operator's default)."""
+    env = {"SHIPYARD_SWEEP_WARM_PODS": "100" if warm else "0"}
+    if warm and ahead is not None:
+        env["SHIPYARD_SWEEP_WARM_AHEAD"] = str(ahead)
     run = Operated(kubeconfig, core, custom, "wsw" if warm else "csw", env)
     done: dict[str, tuple[float, bool]] = {}
 
@@ -200,20 +206,31 @@ def main() -> int:
     config.load_kube_config(kubeconfig)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     out: dict[str, float] = {}
-    print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores")
+    print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores", flush=True)
     if "floor" in arms:
         settle(core)
         out["floor"] = floor(core, args.n, args.parallelism, args.timeout)
-        print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s")
-    for name in ("cold", "warm"):
-        if name in arms:
+        print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    floors = 0
+    for name in args.arms.split(","):  # in the order given (repeat arms to see the noise)
+        name = name.strip()
+        floors += name == "floor"
+        if name == "floor" and floors > 1:
             settle(core)
-            wall, ok, warmed = sweep(kubeconfig, core, custom, args.n, args.parallelism,
-                                     name == "warm", args.timeout)
-            out[name] = wall
-            ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
-            print(f"sweep, warm pods {'on' if name == 'warm' else 'off'}: {wall:.1f} s{ratio} "
-                  f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod)")
+            again = floor(core, args.n, args.parallelism, args.timeout)
+            print(f"floor again: {again:.1f} s")
+        if name != "cold" and not name.startswith("warm"):
+            continue
+        settle(core)
+        ahead = int(name[4:]) if name[4:].isdigit() else None  # warmK: K pods per slot
+        wall, ok, warmed = sweep(kubeconfig, core, custom, args.n, args.parallelism,
+                                 name != "cold", args.timeout, ahead)
+        ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
+        what = "off" if name == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
+        print(f"sweep, warm pods {what}: {wall:.1f} s{ratio} "
+              f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod; load "
+              f"{os.getloadavg()[0]:.1f})", flush=True)
     if "apply" in arms:
         for warm in (True, False):
             settle(core)

@@ -45,6 +45,13 @@ def test_a_sweep_keeps_no_more_than_it_can_use() -> None:
     assert sweep_warm_target(4, 40, 0) == 0  # turned off
 
 
+def test_a_sweep_warms_ahead_of_its_slots_but_never_more_than_its_trials_left() -> None:
+    assert sweep_warm_target(4, 40, 100, ahead=2) == 8  # two per slot
+    assert sweep_warm_target(4, 5, 100, ahead=2) == 5  # each pod has a trial to claim it
+    assert sweep_warm_target(10, 60, 16, ahead=2) == 16  # capped
+    assert sweep_warm_target(4, 40, 100, ahead=0) == 4  # at least one per slot
+
+
 def test_the_warm_spec_has_no_secret_and_is_the_same_for_every_trial_of_the_fit() -> None:
     plan, secret_plan = plan_for(), plan_for(**SECRETS)
     a = warm_spec(trial_body("a"), plan, None)

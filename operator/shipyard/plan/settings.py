@@ -17,7 +17,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_RUNNER_IMAGE, SHIPYARD_RUNNER | `runner_image` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
-| SHIPYARD_SWEEP_WARM_PODS | `sweep_warm_pods` |
+| SHIPYARD_SWEEP_WARM_PODS, SHIPYARD_SWEEP_WARM_AHEAD | `sweep_warm_pods`, `sweep_warm_ahead` |
 | SHIPYARD_METRICS_PORT | `shipyard operator --metrics-port` (read by the CLI, `METRICS_PORT`) |
 | SHIPYARD_LEADER_ELECTION, SHIPYARD_LEADER_LEASE_NAME, _NAMESPACE, SHIPYARD_LEADER_IDENTITY, SHIPYARD_LEADER_LEASE_SEC, _RENEW_DEADLINE_SEC, _RETRY_SEC | `leader` |
 
@@ -60,6 +60,10 @@ SWEEP_WARM_PODS = 0
 """At most this many warm pods a Sweep keeps per task (`plan.warm`); 0 (the default) turns
 them off: on the shared 2-core node a Sweep of trivial trials ran slower with them (its pod
 starts are the node's limit, and warm pods add their own; bench/README.md, "Warm pods")."""
+SWEEP_WARM_AHEAD_ENV = "SHIPYARD_SWEEP_WARM_AHEAD"
+SWEEP_WARM_AHEAD = 2
+"""Warm pods a Sweep keeps per slot of its parallelism (within SHIPYARD_SWEEP_WARM_PODS and its
+trials left to start): a trivial trial ends before the pod replacing its warm one is up."""
 METRICS_PORT_ENV = "SHIPYARD_METRICS_PORT"
 METRICS_PORT = 8081
 """The operator's `/metrics` port (`shipyard operator --metrics-port`, the chart's
@@ -234,6 +238,8 @@ class OperatorSettings:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     sweep_warm_pods: int = SWEEP_WARM_PODS
     """The cap on a Sweep's warm pods per task (`plan.warm.sweep_warm_target`); 0: none."""
+    sweep_warm_ahead: int = SWEEP_WARM_AHEAD
+    """A Sweep's warm pods per slot of its parallelism (`plan.warm.sweep_warm_target`)."""
     kueue_default_queue: str | None = None
     """The LocalQueue of Trials without `kueue.x-k8s.io/queue-name` (None: such Trials are
     not admitted by Kueue). Ignored where Kueue's Workload API is not served."""
@@ -280,6 +286,7 @@ class OperatorSettings:
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
             sweep_warm_pods=_count(environ, SWEEP_WARM_PODS_ENV, SWEEP_WARM_PODS),
+            sweep_warm_ahead=_count(environ, SWEEP_WARM_AHEAD_ENV, SWEEP_WARM_AHEAD) or 1,
             kueue_default_queue=environ.get(KUEUE_DEFAULT_QUEUE_ENV, "").strip() or None,
             error="; ".join(errors) or None,
         )

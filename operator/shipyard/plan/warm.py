@@ -32,12 +32,16 @@ def claims_warm_pod(plan: TrialPlan, labels: Mapping[str, str], kueue_admitted: 
     return plan.environment.compose is None
 
 
-def sweep_warm_target(parallelism: int | None, unstarted: int, cap: int) -> int:
-    """How many warm pods a Sweep keeps of one task: one per trial slot that may start next
-    (its parallelism), never more than the task's trials that have no pod yet, nor `cap`."""
+def sweep_warm_target(parallelism: int | None, unstarted: int, cap: int, ahead: int = 1) -> int:
+    """How many warm pods a Sweep keeps of one task: `ahead` per trial slot (its parallelism),
+    never more than the task's trials that have no pod yet (so every pod made is claimed),
+    nor `cap`. More than one per slot keeps the node starting pods while the slots' trials
+    run: a pod's start is latency more than CPU, and a trivial trial is over before the
+    pod that replaces its warm one is up (bench/README.md, "Warm pods")."""
     if cap <= 0 or unstarted <= 0:
         return 0
-    return min(cap, unstarted, parallelism if parallelism and parallelism > 0 else cap)
+    slots = parallelism * max(1, ahead) if parallelism and parallelism > 0 else cap
+    return min(cap, unstarted, slots)
 
 
 def pool_trial(pool: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,10 +57,12 @@ def pool_trial(pool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sweep_pools(sweep: Mapping[str, Any], spec: SweepSpec, slots: Sequence[Slot],
-                unstarted: Mapping[str, list[Slot]], cap: int) -> dict[str, dict[str, Any]]:
+                unstarted: Mapping[str, list[Slot]], cap: int, ahead: int = 1
+                ) -> dict[str, dict[str, Any]]:
     """The WarmPools a Sweep keeps, by name: one per task with trials left to start (`unstarted`:
-    its slots whose Trial is not created or not running yet), sized by `sweep_warm_target`,
-    for the agent of its next slot (a trial of another agent whose pod differs starts cold).
+    its slots whose Trial is not created or not running yet), sized by `sweep_warm_target`
+    (`ahead` pods per slot), for the agent of its next slot (a trial of another agent whose pod
+    differs starts cold).
     None while the Sweep is suspended or Kueue admits its trials (`claims_warm_pod`)."""
     if spec.suspend or kueue_labels(sweep) or cap <= 0:
         return {}
@@ -64,7 +70,7 @@ def sweep_pools(sweep: Mapping[str, Any], spec: SweepSpec, slots: Sequence[Slot]
     for task, waiting in unstarted.items():
         per_task = spec.per_task_parallelism
         parallelism = min(spec.parallelism, per_task) if per_task else spec.parallelism
-        replicas = sweep_warm_target(parallelism, len(waiting), cap)
+        replicas = sweep_warm_target(parallelism, len(waiting), cap, ahead)
         if replicas <= 0:
             continue
         trial = trial_body(sweep, spec, waiting[0])["spec"]

@@ -202,7 +202,8 @@ class SweepDriver:
         for slot in slots:
             if slot.task in ready and slot.key not in started:
                 unstarted.setdefault(slot.task, []).append(slot)
-        wanted = sweep_pools(sweep, spec, slots, unstarted, self.settings.sweep_warm_pods)
+        wanted = sweep_pools(sweep, spec, slots, unstarted, self.settings.sweep_warm_pods,
+                             self.settings.sweep_warm_ahead)
         for name, body in wanted.items():
             if self.pools.get(name) != body["spec"]:
                 await asyncio.to_thread(warm_kube.apply_pool, body)

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shipyard.api.compat import known_fields
+from shipyard.api.conditions import material
 from shipyard.api.conventions import (
     ANNOTATION_CLAIMED_BY,
     LABEL_COMPONENT,
@@ -57,6 +58,9 @@ own pod."""
 BATCH_SEC = 0.2
 """A pool's pass waits this long after a wake, so that a burst of its pods' events (a pod
 starting changes several times) is one pass, one list."""
+STATUS_SEC = 1.0
+"""A pool's counts alone (ready, starting, claimed) are written at most this often; a change
+of its Ready condition at once."""
 STARTUP_SEC = 30.0
 """After the operator starts, every trial looks for a pod of its own before it claims or
 creates one (an operator restarted between a claim and its record), pools known or not."""
@@ -141,9 +145,14 @@ def pool_event(event_type: str | None, body: dict[str, Any], namespace: str, nam
         _pools.pop(key, None)
         return
     if index is not None:
+        # The pool's own status write comes back as an event: nothing to do for it (a pass
+        # per write would list the pods again for nothing).
+        spec_changed = (index.body.get("metadata", {}).get("generation")
+                        != body.get("metadata", {}).get("generation"))
         index.body.clear()
         index.body.update(body)
-        index.event.set()
+        if spec_changed:
+            index.event.set()
         return
     index = _pools[key] = PoolIndex(dict(body))
     index.task = asyncio.get_running_loop().create_task(run_pool(index, namespace, name, logger),
@@ -181,6 +190,7 @@ class PoolDriver:
         self.body, self.namespace, self.name, self.logger = body, namespace, name, logger
         self.settings = config.current()
         self.written: dict[str, Any] | None = None
+        self.written_at = -1e9
         self.fit: tuple[tuple[Any, ...], dict[str, Any], str] | None = None
         self.fit_at = -1e9
         self.network = NetworkSettings()
@@ -213,8 +223,7 @@ class PoolDriver:
             manifest = build_warm_pod(pool, spec.task_ref.name, fit[0], fit[1])
             for _ in range(decision.create):
                 await asyncio.to_thread(kube.create_pod, manifest)
-        await self.write(decision.status.model_dump(by_alias=True, mode="json"))
-        return IDLE_WAIT
+        return await self.write(decision.status.model_dump(by_alias=True, mode="json"))
 
     async def pod_spec(self, pool: dict[str, Any]) -> tuple[dict[str, Any], str] | str:
         """The pool's pod spec and key, or why there is none now (the task is missing or not
@@ -262,8 +271,10 @@ class PoolDriver:
         await asyncio.to_thread(kube_network.ensure_namespace_baseline,
                                 build_namespace_baseline(self.namespace, self.network))
 
-    async def write(self, status: dict[str, Any]) -> None:
-        """The status, when it changed (the condition's time aside)."""
+    async def write(self, status: dict[str, Any]) -> float:
+        """The status, when it changed (the condition's time aside): a transition of its
+        condition at once, its counts alone at most every STATUS_SEC (a sweep's pool changes
+        with every claim). The seconds until the next pass."""
         def essence(s: dict[str, Any] | None) -> Any:
             if s is None:
                 return None
@@ -272,7 +283,12 @@ class PoolDriver:
             return {**s, "conditions": conds}
         before = self.written if self.written is not None else self.body.get("status")
         if essence(before) == essence(status):
-            return
+            return IDLE_WAIT
+        since = time.monotonic() - self.written_at
+        if not material((before or {}).get("conditions"), status.get("conditions")) and (
+                since < STATUS_SEC):
+            return STATUS_SEC - since
         await asyncio.to_thread(objects.patch_status, "warmpools", self.namespace, self.name,
                                 status)
-        self.written = status
+        self.written, self.written_at = status, time.monotonic()
+        return IDLE_WAIT
