@@ -51,7 +51,7 @@ ENVIRONMENT_PATTERNS = [
      r"Connection refused|Connection timed out|ConnectTimeout|ProxyError|"
      r"403 Forbidden|Tunnel connection failed|unable to access 'https?://|"
      r"fatal: unable to access|wget: (unable|bad address|server returned)|"
-     r"Unable to connect to|HTTPSConnectionPool|failed to fetch|Could not fetch URL",
+     r"Unable to connect to|HTTPSConnectionPool|[Ff]ailed to fetch|Could not fetch URL",
      "no internet beyond the package registries"),
     (r"nvidia|CUDA|nvidia.com/gpu|google.com/tpu", "no GPU/TPU here"),
     (r"ANTHROPIC_API_KEY|OPENAI_API_KEY|API key|api_key|GEMINI_API_KEY", "no model API key"),

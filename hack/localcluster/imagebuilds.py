@@ -64,8 +64,10 @@ BASE_REPO = f"{REGISTRY}/shipyard/debian-base:bookworm"
 # from behind the same TLS-intercepting proxy as the host (as on this project's machines).
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
+# Tools with trust stores of their own (uv, Rust's rustls) are pointed at it as on the host.
 _TRUST = ("COPY host-ca/ /usr/local/share/ca-certificates/\n"
-          "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n")
+          "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
+          "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n")
 # name -> (Dockerfile, tags): built with the local buildkitd at `up` when missing.
 STAND_INS = {
     "debian": (
@@ -147,15 +149,17 @@ STAND_INS["alpine"] = (
     'packages of the same names): a local test stand-in, not the upstream alpine image"\n',
     [f"library/alpine:{t}" for t in ("3.18", "3.19", "3.20", "3.21", "3.22", "latest")])
 # uv's image holds /uv and /uvx (for `COPY --from=ghcr.io/astral-sh/uv`): the same binaries
-# from uv's wheel on PyPI.
-UV_VERSION = "0.9.7"
-_UV = (f"RUN pip install --break-system-packages --no-cache-dir -q uv=={UV_VERSION} "
-       "&& cp /usr/local/bin/uv /usr/local/bin/uvx / && /uv --version\n")
-STAND_INS["uv"] = (
-    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates python3-pip") + _UV
-    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with /uv and /uvx {UV_VERSION} from uv\'s wheel '
-    'on PyPI: a local test stand-in, not the upstream uv image"\n',
-    [f"ghcr.io/astral-sh/uv:{t}" for t in ("latest", UV_VERSION, UV_VERSION.rsplit(".", 1)[0])])
+# from uv's wheel on PyPI, one stand-in per release real tasks pin (the newest also `latest`).
+UV_VERSIONS = ("0.9.7", "0.8.15")
+for _uv in UV_VERSIONS:
+    STAND_INS[f"uv-{_uv}"] = (
+        f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates python3-pip")
+        + f"RUN pip install --break-system-packages --no-cache-dir -q uv=={_uv} "
+        "&& cp /usr/local/bin/uv /usr/local/bin/uvx / && /uv --version\n"
+        + f'LABEL {STAND_IN_LABEL}="Debian bookworm with /uv and /uvx {_uv} from uv\'s wheel '
+        'on PyPI: a local test stand-in, not the upstream uv image"\n',
+        [f"ghcr.io/astral-sh/uv:{t}" for t in (_uv, _uv.rsplit(".", 1)[0])]
+        + (["ghcr.io/astral-sh/uv:latest"] if _uv == UV_VERSIONS[0] else []))
 STAND_INS["t-bench"] = (
     f"FROM {BASE_REPO}\n" + _TRUST
     + _APT.format("ca-certificates tmux curl python3-pip python3-venv")
@@ -164,7 +168,9 @@ STAND_INS["t-bench"] = (
     'place of the terminal-bench base images: a local test stand-in"\n',
     ["ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest",
      "ghcr.io/laude-institute/t-bench/python-3-13:latest",
-     "ghcr.io/laude-institute/t-bench/python-3-13:20250620"])
+     "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
+     "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250620",
+     "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"])
 
 
 def buildkit_dir(layout: Layout) -> Path:
