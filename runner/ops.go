@@ -9,6 +9,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -31,7 +32,9 @@ type packItem struct {
 // Src), chmod (Paths, Mode: octal or "+x"), chown (Paths relative to the folder, User:
 // failures ignored), untar (Src tar, Dst folder; nothing when Src is missing or empty), hook
 // (Command through `bash -lc`, as User, under Timeout: failures ignored), sh (Command through
-// `sh -ec`, as root: an agent's install commands), pack (Items into Dst, a tar; never fails).
+// `sh -ec`, as root: an agent's install commands), pack (Items into Dst, a tar; never fails),
+// healthcheck (Harbor's loop: Command through `sh -c` as User under Timeout, again every
+// StartInterval s during StartPeriod s, then every Interval s until Retries failures in a row).
 type op struct {
 	Op       string     `json:"op"`
 	Paths    []string   `json:"paths,omitempty"`
@@ -43,6 +46,11 @@ type op struct {
 	Command  string     `json:"command,omitempty"`
 	Timeout  int        `json:"timeout,omitempty"`
 	Items    []packItem `json:"items,omitempty"`
+
+	StartPeriod   float64 `json:"start_period,omitempty"`
+	StartInterval float64 `json:"start_interval,omitempty"`
+	Interval      float64 `json:"interval,omitempty"`
+	Retries       int     `json:"retries,omitempty"`
 }
 
 // runOps: the steps of FILE in order, `$SHIPYARD_PAYLOAD` in a path being the phase's payload;
@@ -69,6 +77,9 @@ func runOps(file, payload string, environ []string, out *os.File) error {
 			o.Paths[i] = expand(o.Paths[i])
 		}
 		if err := o.run(environ, out); err != nil {
+			if errors.Is(err, errReported) {
+				return err
+			}
 			return fmt.Errorf("%s %v", o.Op, err)
 		}
 	}
@@ -152,6 +163,8 @@ func (o op) run(environ []string, out *os.File) error {
 		}
 	case "sh":
 		return runAs("", []string{"/bin/sh", "-ec", o.Command}, 0, environ, out)
+	case "healthcheck":
+		return o.healthcheck(environ, out)
 	case "pack":
 		if err := pack(o.Dst, o.Items); err != nil {
 			fmt.Fprintf(out, "shipyard runner: packing the artifacts: %v\n", err)
@@ -160,6 +173,31 @@ func (o op) run(environ []string, out *os.File) error {
 		return fmt.Errorf("is not a step the runner knows")
 	}
 	return nil
+}
+
+// errReported: a step that failed and said why in the phase's output itself.
+var errReported = errors.New("reported")
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func (o op) healthcheck(environ []string, out *os.File) error {
+	start, failures := time.Now(), 0
+	for {
+		if runAs(o.User, []string{"/bin/sh", "-c", o.Command}, o.Timeout, environ, out) == nil {
+			return nil
+		}
+		if time.Since(start) < seconds(o.StartPeriod) {
+			time.Sleep(seconds(o.StartInterval))
+			continue
+		}
+		failures++
+		if failures >= o.Retries {
+			fmt.Fprintf(out, "Healthcheck failed after %d consecutive retries: %s\n", o.Retries,
+				o.Command)
+			return errReported
+		}
+		time.Sleep(seconds(o.Interval))
+	}
 }
 
 func parseMode(text string, def fs.FileMode) (fs.FileMode, error) {

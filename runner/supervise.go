@@ -255,7 +255,9 @@ func supervise(id string) {
 	if exists(p + "/command.ops") {
 		// The collect phase: Shipyard's own steps (its hooks are task code, run as their user).
 		if err := runOps(p+"/command.ops", p+"/payload", environ, out); err != nil {
-			fmt.Fprintf(out, "shipyard runner: phase %s: %v\n", id, err)
+			if !errors.Is(err, errReported) {
+				fmt.Fprintf(out, "shipyard runner: phase %s: %v\n", id, err)
+			}
 			rc = 1
 		}
 	} else if err := cmd.Start(); err != nil {

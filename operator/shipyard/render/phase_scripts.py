@@ -66,7 +66,8 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
             return PhaseScripts("true", _environment_prepare(workdir, copy),
                                 _environment_ops(workdir, copy))
         case HealthcheckScript(check=check):
-            return PhaseScripts(healthcheck_script(check))
+            return PhaseScripts(healthcheck_script(check),
+                                command_ops=(_healthcheck_op(check, phase.user),))
         case SetupScript():
             return _setup(phase.script)
         case OracleScript(script=script):
@@ -159,6 +160,12 @@ def _environment_prepare(workdir: str | None, copy_environment: bool) -> str:
         target = shlex.quote(workdir) if workdir else '"$(pwd)"'
         prepare += f"mkdir -p {target} && cp -a {PAYLOAD}/environment/. {target}/\n"
     return prepare
+
+
+def _healthcheck_op(check: HealthcheckConfig, user: str | None) -> Op:
+    return _op("healthcheck", command=check.command, timeout=int(check.timeout_sec), user=user,
+               start_period=check.start_period_sec, start_interval=check.start_interval_sec,
+               interval=check.interval_sec, retries=check.retries)
 
 
 def healthcheck_script(check: HealthcheckConfig) -> str:

@@ -22,6 +22,7 @@ import pytest
 from shipyard.api.conventions import launch_key
 from shipyard.plan.phases import (
     CollectScript,
+    HealthcheckScript,
     OracleScript,
     PhaseSpec,
     SetupScript,
@@ -31,7 +32,7 @@ from shipyard.plan.phases import (
 from shipyard.reconcile.runner_output import PhaseStatus, parse_runner_output
 from shipyard.render.artifact_bundle import clean_artifacts
 from shipyard.render.phase_bundle import build_phase_bundle
-from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
+from shipyard.taskformat import ArtifactConfig, HealthcheckConfig, VerifierCollectConfig
 from tests.unit.render.test_runner_sh import Runner, busybox_path, go_runner, runner  # noqa: F401
 
 FORGED = ("cp", "mkdir", "chmod", "chown", "rm", "find", "tar", "su", "timeout", "cat", "ln",
@@ -250,3 +251,17 @@ def test_the_collect_phase_packs_the_artifacts_less_their_excludes(
             members[name.removeprefix(rel + "/")] = reader.read() if reader else None
     assert members == {"app/out": None, "app/out/a.txt": b"a", "app/out/hook.txt": b"from-hook\n",
                        "app/out/sub": None, "app/out/sub/d.txt": b"d", "app/f.txt": b"f"}
+
+
+def test_the_healthcheck_loop_waits_for_its_check_and_fails_after_its_retries(
+        runner: Runner, fs: Path) -> None:  # noqa: F811
+    ready = fs / "ready"
+    check = HealthcheckConfig(command=f"test -f {ready}", interval_sec=0.1, timeout_sec=5,
+                              retries=3, start_period_sec=0, start_interval_sec=0.1)
+    failed = _run(runner, fs, PhaseSpec(name="healthcheck", script=HealthcheckScript(check)))
+    assert failed.exit_code == 1
+    assert f"Healthcheck failed after 3 consecutive retries: test -f {ready}" in failed.output
+    ready.touch()
+    runner.root.joinpath("state", "p").rename(runner.root / "state" / "p-first")
+    passed = _run(runner, fs, PhaseSpec(name="healthcheck", script=HealthcheckScript(check)))
+    assert passed.exit_code == 0, passed.output
