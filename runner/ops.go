@@ -438,7 +438,8 @@ func pack(dst string, items []packItem) error {
 			_ = packEntry(tw, src, rel)
 			continue
 		}
-		_ = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		// "src/": a link to a folder is walked as the folder (WalkDir follows no link).
+		_ = filepath.WalkDir(src+"/", func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
 			}

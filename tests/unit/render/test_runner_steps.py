@@ -228,9 +228,13 @@ def test_the_collect_phase_packs_the_artifacts_less_their_excludes(
     (out / "sub" / "__pycache__" / "c").write_text("c")
     (out / "sub" / "d.txt").write_text("d")
     (fs / "app" / "f.txt").write_text("f")
+    (fs / "data").mkdir()
+    (fs / "data" / "z.txt").write_text("z")
+    (fs / "app" / "linked").symlink_to(fs / "data")  # packed as the folder it names
     hook = VerifierCollectConfig(command=f"echo from-hook > {out}/hook.txt", timeout_sec=10)
     artifacts = (ArtifactConfig(source=f"{fs}/app/out", exclude=["*.pyc", "__pycache__"]),
                  ArtifactConfig(source=f"{fs}/app/f.txt"),
+                 ArtifactConfig(source=f"{fs}/app/linked"),
                  ArtifactConfig(source=f"{fs}/app/missing"))
     result = _run(runner, fs, PhaseSpec(name="collect", script=CollectScript((hook,),
                                                                              artifacts)))
@@ -250,7 +254,8 @@ def test_the_collect_phase_packs_the_artifacts_less_their_excludes(
             reader = tar.extractfile(m) if m.isreg() else None
             members[name.removeprefix(rel + "/")] = reader.read() if reader else None
     assert members == {"app/out": None, "app/out/a.txt": b"a", "app/out/hook.txt": b"from-hook\n",
-                       "app/out/sub": None, "app/out/sub/d.txt": b"d", "app/f.txt": b"f"}
+                       "app/out/sub": None, "app/out/sub/d.txt": b"d", "app/f.txt": b"f",
+                       "app/linked": None, "app/linked/z.txt": b"z"}
 
 
 def test_the_healthcheck_loop_waits_for_its_check_and_fails_after_its_retries(
