@@ -60,7 +60,8 @@ ENVIRONMENT_PATTERNS = [
      "a base image with no local stand-in"),
     (r"windows|Windows", "a Windows image"),
     (r"FQDN network policy backend", "no FQDN network policy backend on this cluster"),
-    (r"[Uu]se\.?[Cc]omputer|computer-use|Daytona|daytona|DAYTONA", "a computer-use/sandbox provider"),
+    (r"[Uu]se\.?[Cc]omputer|computer-use|Daytona|daytona|DAYTONA",
+     "a computer-use/sandbox provider"),
 ]
 
 
