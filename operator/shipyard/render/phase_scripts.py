@@ -117,7 +117,7 @@ def _materialize(artifacts: tuple[str, ...]) -> str:
     lines = [f"if [ -s {tar} ]; then\n",
              f"mkdir -p {tree} && tar -x -f {tar} -C {tree} --no-same-owner\n"]
     for source in dict.fromkeys(artifacts):
-        rel = "/".join(p for p in source.strip("/").split("/") if p not in ("", "."))
+        rel = _artifact_rel(source)
         if not rel:
             continue
         src, dst = f'{tree}/{shlex.quote(rel)}', shlex.quote("/" + rel)
