@@ -3,9 +3,14 @@ Shipyard's exports and statistics against Harbor's own code (`tests/harbor_stats
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,3 +52,43 @@ def harbor_python() -> str:
     requires = ["certifi" if r.startswith("certifi") else r for r in requires]
     subprocess.run([*pip, *requires], check=True, timeout=1200)
     return str(python)
+
+
+@contextlib.contextmanager
+def harbor_view(python: str, jobs: Path) -> Iterator[str]:
+    """Harbor's own viewer over the jobs folder `jobs`, as `harbor view` serves it (on a free
+    port of this machine), until the block ends; yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
+                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/api/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "harbor view did not start"
+                time.sleep(0.5)
+        yield base
+    finally:
+        viewer.terminate()
+        viewer.wait(20)
+
+
+VIEWER_CLIENT = """
+import json, sys, urllib.request
+from pathlib import Path
+from harbor.models.trial.artifact_manifest import ArtifactManifest, ArtifactManifestEntry
+from harbor.models.trial.result import TrialResult
+base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return json.loads(r.read())
+"""
+"""The start of a script run by Harbor's python (`python -c SCRIPT BASE JOB JOBS`): Harbor's
+models, and `get` of the viewer's API at BASE."""

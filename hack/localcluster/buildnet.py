@@ -10,17 +10,33 @@ see the packet:
   answers on, the kubelet, the registry (pushes would overwrite other tasks' images), buildkitd;
 - the pod CIDR, the Service CIDR (before DNAT, so `kubernetes.default` too) and link-local
   (169.254.0.0/16, the metadata address on clouds);
-- any other build's bridge address is on the same L2 segment and is not filtered here.
+- another build's container: IPv4 between two build addresses is dropped as the bridge forwards
+  it (an nftables `bridge` table, whether or not br_netfilter hands bridged frames to iptables)
+  and in the chain above; IPv6 (link-local addresses, which every container has) from the
+  bridge is dropped in ip6tables' raw PREROUTING (bridged frames reach it through br_netfilter,
+  which `apply` keeps on). So one task's `RUN` step cannot talk to a concurrent build's.
 
 What remains is the outside world: DNS servers, package archives, registries, proxies.
 `RUN --network=host` needs the `network.host` entitlement, which this buildkitd does not grant.
-Applied idempotently by `up`; removed by `down`.
+
+buildkitd itself fetches `ADD <url>` sources (and git sources) on the host's network, not in a
+build container. It runs in a cgroup of its own (`shipyard-buildkitd`, cgroup v2), and an
+nftables chain hooked on output before kube-proxy's DNAT and kube-router's accepts (priority
+mangle) refuses every new connection of that cgroup to the same places, with an ICMP
+"host unreachable" (the build fails at once: `connect: no route to host`), except:
+the registry at exactly 127.0.0.1:5055 (the stand-in bases and the pushes of built images) and
+port 53 of the host's own resolvers. Applied idempotently by `up` (a running buildkitd is moved
+into the cgroup, no restart); removed by `down`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import os
 import subprocess
+from pathlib import Path
 
 from layout import POD_CIDR, SERVICE_CIDR, Layout
 
@@ -31,6 +47,12 @@ LINK_LOCAL = "169.254.0.0/16"
 BLOCKED_CIDRS = (POD_CIDR, SERVICE_CIDR, LINK_LOCAL)
 COMMENT = "shipyard-build-network"  # no spaces: compared with `iptables -S` as printed
 _JUMP = ["PREROUTING", "-i", BUILD_BRIDGE, "-m", "comment", "--comment", COMMENT, "-j", CHAIN]
+# buildkitd's own egress (ADD <url>, git sources): an nftables table of its own.
+NFT_TABLE = "shipyard_build"
+BUILDKITD_CGROUP = "shipyard-buildkitd"
+REGISTRY_ADDR = ("127.0.0.1", 5055)  # imagebuilds.REGISTRY: the only host port buildkitd reaches
+BLOCKED_CIDRS_V6 = ("::1/128", "fe80::/10", "fc00::/7")  # loopback, link-local, ULA
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def cni_config_path(layout: Layout):
@@ -66,13 +88,38 @@ def write_config(layout: Layout) -> None:
 def rules() -> list[list[str]]:
     """The chain's rules, in order (arguments after `-A CHAIN`)."""
     drops = [["-m", "addrtype", "--dst-type", "LOCAL"]]
-    drops += [["-d", cidr] for cidr in BLOCKED_CIDRS]
+    drops += [["-d", cidr] for cidr in (*BLOCKED_CIDRS, BUILD_CIDR)]
     return [[*match, "-m", "comment", "--comment", COMMENT, "-j", "DROP"] for match in drops]
 
 
 def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-w", "-t", "raw", *args], capture_output=True,
                           text=True, check=check)
+
+
+_JUMP6 = ["PREROUTING", "-i", BUILD_BRIDGE, "-m", "comment", "--comment", COMMENT, "-j", "DROP"]
+BR_NETFILTER = ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables")
+
+
+def _ipt6(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip6tables", "-w", "-t", "raw", *args], capture_output=True,
+                          text=True, check=check)
+
+
+def apply_ipv6() -> None:
+    """Builds have IPv4 only: every IPv6 packet from the bridge (a container's link-local address
+    towards another's or the host's) is dropped. Bridged frames reach ip6tables through
+    br_netfilter, kept on here as Kubernetes nodes have it."""
+    for key in BR_NETFILTER:
+        path = Path("/proc/sys/net/bridge", key)
+        if path.exists() and path.read_text().strip() != "1":
+            path.write_text("1")
+    hooked = [line for line in _ipt6("-S", "PREROUTING").stdout.splitlines()
+              if line.startswith("-A ")]
+    if not hooked or COMMENT not in hooked[0]:
+        while _ipt6("-C", *_JUMP6, check=False).returncode == 0:
+            _ipt6("-D", *_JUMP6)
+        _ipt6("-I", _JUMP6[0], "1", *_JUMP6[1:])
 
 
 def apply() -> None:
@@ -91,10 +138,118 @@ def apply() -> None:
         while _ipt("-C", *_JUMP, check=False).returncode == 0:
             _ipt("-D", *_JUMP)
         _ipt("-I", _JUMP[0], "1", *_JUMP[1:])
+    apply_ipv6()
+    apply_nft()
+
+
+def cgroup2_mount() -> Path:
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a
+    hybrid host)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    raise RuntimeError("no cgroup v2 hierarchy is mounted: buildkitd's egress filter needs one "
+                       "(mount -t cgroup2 none /sys/fs/cgroup/unified)")
+
+
+def buildkitd_cgroup() -> Path:
+    return cgroup2_mount() / BUILDKITD_CGROUP
+
+
+def confine(pid: int) -> bool:
+    """Move buildkitd (all its threads) into its cgroup; True when it was moved, False when it
+    was there already. Sockets it opens from then on carry the cgroup."""
+    group = buildkitd_cgroup()
+    group.mkdir(exist_ok=True)
+    if str(pid) in (group / "cgroup.procs").read_text().split():
+        return False
+    (group / "cgroup.procs").write_text(str(pid))
+    return True
+
+
+def confine_self() -> None:
+    """Popen's preexec_fn for buildkitd: the child joins the cgroup before it executes."""
+    confine(os.getpid())
+
+
+def resolvers(text: str) -> list[str]:
+    """The nameservers of a resolv.conf (buildkitd resolves ADD's host names through them)."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            try:
+                found.append(str(ipaddress.ip_address(fields[1].split("%")[0])))
+            except ValueError:
+                continue
+    return found
+
+
+def nft_ruleset(cgroup_path: str, nameservers: list[str]) -> str:
+    """The nftables tables (replaced atomically by `nft -f`): buildkitd's egress and the bridge's
+    port-to-port forwarding. `cgroup_path` is relative to /sys/fs/cgroup, as nft resolves it."""
+    v4 = [ns for ns in nameservers if ipaddress.ip_address(ns).version == 4]
+    v6 = [ns for ns in nameservers if ipaddress.ip_address(ns).version == 6]
+    reject = "reject with icmpx host-unreachable"
+    dns = "".join(f"    {family} daddr {{ {', '.join(found)} }} meta l4proto {{ tcp, udp }} "
+                  "th dport 53 return\n"
+                  for family, found in (("ip", v4), ("ip6", v6)) if found)
+    host, port = REGISTRY_ADDR
+    blocked4 = ", ".join([*BLOCKED_CIDRS, BUILD_CIDR, "127.0.0.0/8"])
+    return (
+        f"table inet {NFT_TABLE}\n"
+        f"delete table inet {NFT_TABLE}\n"
+        f"table inet {NFT_TABLE} {{\n"
+        "  chain buildkitd-output {\n"
+        # Before nat's DNAT (-100): a Service IP is seen as written in the Dockerfile.
+        "    type filter hook output priority mangle; policy accept;\n"
+        f'    socket cgroupv2 level 1 "{cgroup_path}" jump buildkitd-egress\n'
+        "  }\n"
+        "  chain buildkitd-egress {\n"
+        "    ct state established,related return\n"
+        f"    ip daddr {host} tcp dport {port} return\n"
+        + dns +
+        f"    fib daddr type local {reject}\n"
+        f"    ip daddr {{ {blocked4} }} {reject}\n"
+        f"    ip6 daddr {{ {', '.join(BLOCKED_CIDRS_V6)} }} {reject}\n"
+        "  }\n"
+        "}\n"
+        f"table bridge {NFT_TABLE}\n"
+        f"delete table bridge {NFT_TABLE}\n"
+        f"table bridge {NFT_TABLE} {{\n"
+        "  chain forward {\n"
+        "    type filter hook forward priority -200; policy accept;\n"
+        # One build's container to another's (only the build bridge holds BUILD_CIDR; this
+        # kernel has no `meta ibrname`).
+        f"    ip saddr {BUILD_CIDR} ip daddr {BUILD_CIDR} drop\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def _nft(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"nft {' '.join(args)} failed: {result.stderr.strip()}")
+    return result
+
+
+def apply_nft() -> None:
+    """(Re)load both nftables tables in one transaction (idempotent; no window without them).
+    The cgroup must exist first: nft resolves its path to an id when the rule is loaded."""
+    group = buildkitd_cgroup()
+    group.mkdir(exist_ok=True)
+    path = os.path.relpath(group, CGROUP_ROOT)
+    nameservers = resolvers(Path("/etc/resolv.conf").read_text())
+    _nft("-f", "-", stdin=nft_ruleset(path, nameservers))
 
 
 def installed() -> bool:
-    return _ipt("-C", *_JUMP, check=False).returncode == 0
+    return (_ipt("-C", *_JUMP, check=False).returncode == 0
+            and _ipt6("-C", *_JUMP6, check=False).returncode == 0
+            and _nft("list", "table", "inet", NFT_TABLE, check=False).returncode == 0
+            and _nft("list", "table", "bridge", NFT_TABLE, check=False).returncode == 0)
 
 
 def cleanup() -> None:
@@ -102,4 +257,10 @@ def cleanup() -> None:
         _ipt("-D", *_JUMP)
     _ipt("-F", CHAIN, check=False)
     _ipt("-X", CHAIN, check=False)
+    while _ipt6("-C", *_JUMP6, check=False).returncode == 0:
+        _ipt6("-D", *_JUMP6)
+    for family in ("inet", "bridge"):
+        _nft("delete", "table", family, NFT_TABLE, check=False)
+    with contextlib.suppress(OSError, RuntimeError):
+        buildkitd_cgroup().rmdir()  # once buildkitd has stopped
     subprocess.run(["ip", "link", "delete", BUILD_BRIDGE], capture_output=True)

@@ -72,6 +72,7 @@ DEBIAN_PACKAGES = [
     "gcc",
     "libc6-dev",
     "iproute2",
+    "nftables",
 ]
 COMMANDS = {
     "etcd": "etcd-server",
@@ -86,6 +87,7 @@ COMMANDS = {
     "ipset": "ipset",
     "gcc": "gcc",
     "ip": "iproute2",
+    "nft": "nftables",
 }
 KUBE_BINARIES = [
     "kube-apiserver",
@@ -219,6 +221,8 @@ def start(layout: Layout, name: str, argv: list[str], pids: dict[str, int]) -> N
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         env=dict(os.environ, PATH=_path()),
+        # buildkitd's own egress (ADD <url>) is filtered by its cgroup (buildnet.py).
+        preexec_fn=buildnet.confine_self if name == "buildkitd" else None,
     )
     pids[name] = proc.pid
     layout.pids.write_text(json.dumps(pids))
@@ -342,6 +346,7 @@ def up() -> int:
         ensure_cluster_dns(layout)
         ensure_seeds(layout)
         ensure_kueue(layout)
+        confine_buildkitd(layout)
         print(f"reusing the running cluster (KUBECONFIG={layout.kubeconfig})")
         return 0
     print(f"starting the local cluster (Kubernetes {KUBERNETES_VERSION})", flush=True)
@@ -429,6 +434,7 @@ def update_in_place(layout: Layout) -> bool:
     ):
         return False
     ensure_pki(layout.pki)
+    ensure_packages()  # nftables, for a cluster started before builds' egress was filtered
     write_build_configs(layout)  # buildkitd's file: a change of it restarts buildkitd too
     stale = [
         c for c in wanted
@@ -518,6 +524,14 @@ def _kubelet_configz(layout: Layout) -> dict:
 def ensure_kueue(layout: Layout) -> None:
     """Kueue and the node's accelerators (kueue.py), added to a running cluster as needed."""
     kueue.ensure(layout, start, read_pids(layout), alive)
+
+
+def confine_buildkitd(layout: Layout) -> None:
+    """A buildkitd started before its egress was filtered joins its cgroup (no restart)."""
+    pid = read_pids(layout).get("buildkitd")
+    if pid is not None and alive(pid) and buildnet.confine(pid):
+        print("  buildkitd moved into its cgroup: its own fetches (ADD <url>) are filtered now",
+              flush=True)
 
 
 def start_builds(layout: Layout, procs: dict, pids: dict[str, int]) -> None:

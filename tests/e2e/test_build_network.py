@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import ssl
 import subprocess
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from tests.conftest import buildkit_client
 from tests.e2e.test_image_builds import build_jobs, condition_any, wait_images
@@ -232,3 +236,205 @@ def test_buildkitd_takes_only_clients_with_the_build_jobs_certificate(
                                   ("imagebuilds", job.metadata.name))]
     seen.append(build_log(shipyard, batch_v1, namespace))
     assert not [text for text in seen for n in needles if n in text]
+
+
+# ------------------------------------------------ ADD <url>: fetched by buildkitd itself
+
+
+def add_task(nonce: str, dockerfile: str) -> dict[str, str]:
+    files = probe_task(nonce, [])
+    files["environment/Dockerfile"] = dockerfile
+    files["environment/nonce.txt"] = nonce + "\n"
+    return files
+
+
+def add_attacks(core_v1) -> dict[str, tuple[str, str | None]]:
+    """name -> (the URL an ADD fetches, the host:port that answers it from the host, if any).
+    buildkitd fetches ADD sources itself, on the host's network, not in a build container."""
+    node = next(h for h in host_addresses() if not h.startswith("10.89."))
+    kubernetes = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
+    (coredns, *_) = [p.status.pod_ip for p in core_v1.list_namespaced_pod(
+        "kube-system", label_selector="k8s-app=kube-dns").items if p.status.pod_ip]
+    return {
+        "etcd": ("http://127.0.0.1:2379/v3/kv/range", "127.0.0.1:2379"),
+        "apiserver": (f"https://{node}:6443/api/v1/secrets", f"{node}:6443"),
+        "apiserver-loopback": ("https://127.0.0.1:6443/version", "127.0.0.1:6443"),
+        "apiserver-ipv6": ("https://[::1]:6443/version", None),
+        "apiserver-service": (f"https://{kubernetes}/version", f"{kubernetes}:443"),
+        "kubelet": ("https://127.0.0.1:10250/pods", "127.0.0.1:10250"),
+        "metadata": ("http://169.254.169.254/latest/meta-data/iam/", None),
+        "coredns-service": (f"http://{dns}:53/", f"{dns}:53"),
+        "coredns-pod": (f"http://{coredns}:53/", f"{coredns}:53"),
+        "buildkitd": ("https://127.0.0.1:1234/", "127.0.0.1:1234"),
+        "registry-other-address": (f"http://{node}:5055/v2/", None),
+    }
+
+
+def manifest_digest(repo: str, tag: str) -> str | None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:5055/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json, "
+                           "application/vnd.docker.distribution.manifest.list.v2+json, "
+                           "application/vnd.oci.image.manifest.v1+json"})
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return resp.headers.get("Docker-Content-Digest")
+
+
+def test_add_url_cannot_fetch_from_the_cluster_the_host_or_the_metadata_server(
+        shipyard, core_v1, namespace):
+    attacks = add_attacks(core_v1)
+    # Not trivially refused: these answer from the host, where buildkitd runs.
+    for name, (_, answers) in attacks.items():
+        if answers is not None:
+            assert reachable_from_host(answers), (name, answers)
+    victim = ("library/debian", "bookworm")
+    before = manifest_digest(*victim)
+    nonce = uuid.uuid4().hex
+    for name, (url, _) in attacks.items():
+        shipyard.task(f"add-{name}", add_task(
+            nonce, f"FROM debian:bookworm\nCOPY nonce.txt /nonce.txt\nADD {url} /fetched\n"))
+    # The registry's write API: ADD only GETs, so an upload URL is not an upload.
+    shipyard.task("add-registry-write", add_task(
+        nonce, "FROM debian:bookworm\nCOPY nonce.txt /nonce.txt\n"
+        f"ADD http://127.0.0.1:5055/v2/{victim[0]}/blobs/uploads/ /fetched\n"))
+    # What builds are for still works: a stand-in base from the registry, pip and apt in RUN
+    # steps, an ADD from the outside world (PyPI), the push to the registry.
+    shipyard.task("add-normal", add_task(
+        nonce, "FROM python:3.12-slim\nCOPY nonce.txt /nonce.txt\n"
+        "ADD https://pypi.org/simple/six/ /six.html\n"
+        "RUN grep -q six- /six.html && echo add-from-pypi-ok\n"
+        "RUN pip install --no-cache-dir -q six && python3 -c 'import six'\n"
+        "RUN apt-get update -qq && echo debian-archive-ok\n"))
+    for name, (url, _) in attacks.items():
+        task = wait_images(shipyard, f"add-{name}", timeout=300)
+        cond = condition_any(task, "ImagesReady")
+        assert cond["status"] == "False" and cond["reason"] == "ImageBuildFailed", (name, cond)
+        # Refused by the build network, at once, and said so: not a TLS or HTTP error of a
+        # server it reached.
+        assert url in cond["message"], (name, cond["message"])
+        assert "no route to host" in cond["message"], (name, cond["message"])
+        assert "refused by the build network" in cond["message"], (name, cond["message"])
+    write = condition_any(wait_images(shipyard, "add-registry-write", timeout=300),
+                          "ImagesReady")
+    assert write["status"] == "False" and write["reason"] == "ImageBuildFailed", write
+    assert manifest_digest(*victim) == before
+    normal = condition_any(wait_images(shipyard, "add-normal", timeout=400), "ImagesReady")
+    assert normal["status"] == "True", normal
+
+
+# ------------------------------------------------ one build's RUN step against another's
+
+LISTENER = r'''
+import socket, sys, time
+nonce, seconds, port = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(("192.0.2.200", 9))  # routing only: the address of this container's eth0
+ip4 = probe.getsockname()[0]
+def link_local():
+    """This container's IPv6 link-local address and interface, once DAD is done (not
+    tentative, flag 0x40), as /proc/net/if_inet6 lists them."""
+    for _ in range(50):
+        for f in (line.split() for line in open("/proc/net/if_inet6")):
+            if f[0].startswith("fe80") and not int(f[4], 16) & 0x40:
+                return "fe80::" + ":".join(f[0][i:i + 4] for i in range(16, 32, 4)), f[5]
+        time.sleep(0.2)
+    raise SystemExit("no IPv6 link-local address")
+ll, iface = link_local()
+server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # IPv4 and IPv6
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("::", port))
+server.listen(16)
+for target in ((ip4, port), (ll + "%" + iface, port)):  # it answers on both addresses
+    with socket.create_connection(target, timeout=5) as c:
+        c.sendall(b"self\n")
+    print("SELF-OK", target[0], flush=True)
+until = time.time() + seconds
+print("LISTENING", ip4, ll, until, nonce, flush=True)
+while time.time() < until:
+    server.settimeout(max(0.1, until - time.time()))
+    try:
+        conn, peer = server.accept()
+    except OSError:
+        continue
+    with conn:
+        conn.settimeout(2)
+        try:
+            said = conn.recv(16)
+        except OSError:
+            said = b""
+        if said != b"self\n":
+            print("FOREIGN-CONNECTION from", peer[0], flush=True)
+print("LISTENER-DONE", flush=True)
+'''
+
+ATTACKER = r'''
+import socket, sys, time
+nonce, ip4, ll, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+# This container's own interface (the same link-local network as the listener's).
+iface = next(f[5] for f in (line.split() for line in open("/proc/net/if_inet6"))
+             if f[0].startswith("fe80"))
+def attempt(label, target):
+    try:
+        with socket.create_connection(target, timeout=5) as c:
+            c.sendall(b"attack\n")
+        print("REACHED", label, flush=True)
+    except OSError as e:
+        print("BLOCKED", label, type(e).__name__, flush=True)
+print("PROBED-AT", time.time(), nonce, flush=True)
+attempt("ipv4", (ip4, port))
+attempt("ipv6-link-local", (ll + "%" + iface, port))
+attempt("control-pypi", ("pypi.org", 443))  # the probe itself works: the outside is reached
+'''
+
+
+def build_pod_logs(shipyard, namespace: str) -> list[str]:
+    logs = []
+    for pod in shipyard.core.list_namespaced_pod(
+            namespace, label_selector="shipyard.dev/image-build").items:
+        try:
+            logs.append(shipyard.core.read_namespaced_pod_log(
+                pod.metadata.name, namespace, container="buildctl"))
+        except ApiException:  # not started yet
+            continue
+    return logs
+
+
+def test_a_build_cannot_connect_to_a_concurrent_builds_run_step(shipyard, namespace):
+    nonce, port = uuid.uuid4().hex, 7777
+    listener = probe_task(nonce, [])
+    listener["environment/listen.py"] = LISTENER
+    listener["environment/Dockerfile"] = (
+        "FROM python:3.12-slim\nCOPY listen.py /listen.py\n"
+        f"RUN python3 /listen.py {nonce} 120 {port}\n")
+    shipyard.task("listener", listener)
+    deadline, found = time.monotonic() + 240, None
+    while found is None and time.monotonic() < deadline:
+        for log in build_pod_logs(shipyard, namespace):
+            match = re.search(rf"LISTENING (\S+) (\S+) (\S+) {nonce}", log)
+            if match:
+                found = match.groups()
+        time.sleep(1)
+    assert found, "the listener's RUN step did not start listening"
+    ip4, ll, until = found
+    assert ip4.startswith("10.89.") and ll.startswith("fe80::"), found
+    attacker = probe_task(nonce, [])
+    attacker["environment/attack.py"] = ATTACKER
+    attacker["environment/Dockerfile"] = (
+        "FROM python:3.12-slim\nCOPY attack.py /attack.py\n"
+        f"RUN python3 /attack.py {nonce} {ip4} {ll} {port}\n")
+    shipyard.task("attacker", attacker)
+    attack = condition_any(wait_images(shipyard, "attacker", timeout=300), "ImagesReady")
+    assert attack["status"] == "True", attack
+    (log,) = [text for text in build_pod_logs(shipyard, namespace) if "PROBED-AT" in text]
+    probed = float(re.search(rf"PROBED-AT (\S+) {nonce}", log).group(1))
+    assert probed < float(until), "the attacker probed after the listener had stopped"
+    assert "BLOCKED ipv4" in log and "BLOCKED ipv6-link-local" in log, log[-3000:]
+    assert "REACHED control-pypi" in log, log[-3000:]
+    # The listener answered on both addresses from inside, saw no foreign connection, and its
+    # build finished and was pushed like any other.
+    listen = condition_any(wait_images(shipyard, "listener", timeout=300), "ImagesReady")
+    assert listen["status"] == "True", listen
+    (log,) = [text for text in build_pod_logs(shipyard, namespace) if "LISTENER-DONE" in text]
+    assert log.count("SELF-OK") >= 2 and "FOREIGN-CONNECTION" not in log, log[-3000:]

@@ -29,7 +29,7 @@ from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
 from tests.e2e.conftest import GROUP, VERSION, OperatorProcess, build_env, lease_env
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, sweep_trials, wait_sweep
-from tests.harbor_venv import harbor_python
+from tests.harbor_venv import VIEWER_CLIENT, harbor_python, harbor_view
 from tests.unit.cli.test_chart import dashboard_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,20 +337,7 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
             assert e[field] == mine[field], (key, field, e[field], mine[field])
 
     # Harbor's viewer, as `harbor view` serves it
-    port = free_port()
-    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
-                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "harbor view did not start"
-                time.sleep(0.5)
+    with harbor_view(python, jobs) as base:
         seen = subprocess.run([python, "-c", HARBOR_VIEW_CHECK, base, "obs"],
                               capture_output=True, text=True, timeout=120)
         assert seen.returncode == 0, seen.stderr[-3000:]
@@ -362,9 +349,6 @@ def test_harbor_computes_the_same_statistics_and_its_viewer_opens_the_export(clu
                        if r["task_name"] == "nosuch")
         page = chromium("--dump-dom", f"{base}/jobs/obs/trials/{missing}")
         assert missing in page.stdout and "TaskNotFoundError" in page.stdout
-    finally:
-        viewer.terminate()
-        viewer.wait(20)
 
 
 # ---------------------------------------------------------------- a pytest task's verifier reports
@@ -462,20 +446,7 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
     endpoint returns the CTRF report and stderr (as `harbor view` serves them)."""
     jobs, _ = pytest_job
     python = harbor_python()
-    port = free_port()
-    viewer = subprocess.Popen([str(Path(python).parent / "harbor"), "view", str(jobs),
-                               "--port", str(port), "--jobs"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "harbor view did not start"
-                time.sleep(0.5)
+    with harbor_view(python, jobs) as base:
         check = subprocess.run([python, "-c", HARBOR_REPORTS_CHECK, base, "pyt", str(jobs)],
                                capture_output=True, text=True, timeout=120)
         assert check.returncode == 0, check.stderr[-3000:]
@@ -484,25 +455,24 @@ def test_harbors_viewer_reads_the_exported_verifier_reports(pytest_job) -> None:
         for trial in seen.values():
             assert trial["ctrf_tests"] == 2, trial
             assert "checking the answer" in trial["stderr"] and "passed" in trial["stdout"]
-    finally:
-        viewer.terminate()
-        viewer.wait(20)
+            # the artifacts' manifest, read by Harbor's models and viewer: the empty
+            # convention folder (the task declares no artifacts)
+            assert trial["manifest"] == [{
+                "source": "/logs/artifacts", "destination": "artifacts/logs/artifacts",
+                "type": "directory", "status": "empty", "service": None, "exclude": []}], trial
 
 
-HARBOR_REPORTS_CHECK = """
-import json, sys, urllib.request
-from pathlib import Path
-from harbor.models.trial.result import TrialResult
-base, job, jobs = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=30) as r:
-        return json.loads(r.read())
+HARBOR_REPORTS_CHECK = VIEWER_CLIENT + """
 out = {}
 for t in get(f"/api/jobs/{job}/trials?page_size=100")["items"]:
     name = t["name"]
     TrialResult.model_validate_json((jobs / job / name / "result.json").read_text())
     v = get(f"/api/jobs/{job}/trials/{name}/verifier-output")
+    raw = json.loads((jobs / job / name / "artifacts" / "manifest.json").read_text())
+    rows = [ArtifactManifestEntry.model_validate(e).model_dump(mode="json") for e in raw]
+    assert rows == raw, (rows, raw)
+    a = get(f"/api/jobs/{job}/trials/{name}/artifacts")
     out[name] = {"ctrf_tests": json.loads(v["ctrf"])["results"]["summary"]["tests"],
-                 "stderr": v["stderr"], "stdout": v["stdout"]}
+                 "stderr": v["stderr"], "stdout": v["stdout"], "manifest": a["manifest"]}
 print(json.dumps(out))
 """

@@ -27,6 +27,7 @@ from shipyard.cli.formatting import (
     trial_reason,
     trial_row,
 )
+from shipyard.cli.harbor_artifacts import TrialArtifacts, harbor_artifacts
 from shipyard.cli.harbor_results import job_result, trial_files
 from shipyard.cli.sweep_view import SWEEP_COLUMNS, sweep_row
 
@@ -241,6 +242,43 @@ def trial_logs(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return logs
 
 
+def trial_artifacts(trials: list[dict[str, Any]]) -> dict[str, TrialArtifacts]:
+    """Each trial's kept artifacts (`render.artifacts_store`) as Harbor's `artifacts/` folder
+    and manifest, by trial name; cleaned again here, as for a verifier (regular files and
+    folders only, within the size limit)."""
+    from shipyard.api.conventions import artifacts_configmap_name
+    from shipyard.kube import artifacts as kube_artifacts
+    from shipyard.render.artifact_bundle import ArtifactsRefused, clean_artifacts
+    from shipyard.render.artifacts_store import (
+        kept_entries,
+        kept_refusal,
+        kept_step,
+        part_bytes,
+        parts_of,
+    )
+
+    found = {}
+    for t in trials:
+        ns, name = t["metadata"]["namespace"], t["metadata"]["name"]
+        first = kube_artifacts.load(ns, [artifacts_configmap_name(name, 0)])
+        if not first:
+            continue
+        entries = kept_entries(first[0])
+        rest = kube_artifacts.load(ns, [artifacts_configmap_name(name, i)
+                                        for i in range(1, parts_of(first[0]))])
+        if entries is None or rest is None:
+            continue  # kept by an older operator, or a part is gone
+        refused = kept_refusal(first[0])
+        raw = b"".join(part_bytes(cm) for cm in [*first, *rest])
+        try:
+            clean = clean_artifacts(raw, [e.source for e in entries])
+        except ArtifactsRefused as e:
+            clean, refused = None, str(e)
+        found[name] = harbor_artifacts(clean.tar if clean else b"", entries, kept_step(first[0]),
+                                       refused, clean.skipped if clean else ())
+    return found
+
+
 @click.command("results")
 @click.argument("trials", nargs=-1)
 @NAMESPACE_OPTION
@@ -272,7 +310,7 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
              for t in list_objects("tasks", scope)}
     job = job_result(objs, tasks, now)
     if output_dir is not None:
-        write_job_dir(output_dir, job, trial_logs(objs))
+        write_job_dir(output_dir, job, trial_logs(objs), artifacts=trial_artifacts(objs))
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
@@ -293,10 +331,12 @@ def results_cmd(trials: tuple[str, ...], namespace: str | None, all_namespaces: 
 
 def write_job_dir(directory: Path, job: dict[str, Any],
                   logs: dict[str, dict[str, str]] | None = None,
-                  config: dict[str, Any] | None = None) -> None:
+                  config: dict[str, Any] | None = None,
+                  artifacts: dict[str, TrialArtifacts] | None = None) -> None:
     """Harbor's layout: the job's result.json (without trial_results, as Harbor writes it)
     and a directory per trial (`harbor_results.trial_files`: its result.json, rewards and,
-    from `logs`, each trial's logs ConfigMap, its agent and verifier logs)."""
+    from `logs`, each trial's logs ConfigMap, its agent and verifier logs; from `artifacts`,
+    its `artifacts/` folder and manifest). What an artifact lost is said on stderr."""
     directory.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in job.items() if k != "trial_results"}
     (directory / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -308,3 +348,23 @@ def write_job_dir(directory: Path, job: dict[str, Any],
             path = directory / result["trial_name"] / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+        kept = (artifacts or {}).get(result["trial_name"])
+        if kept is not None:
+            write_artifacts(directory / result["trial_name"], kept)
+            for note in kept.notes:
+                click.echo(f"{result['trial_name']}: {note}", err=True)
+
+
+def write_artifacts(trial_dir: Path, kept: TrialArtifacts) -> None:
+    """The artifacts' files under the trial's directory; never through a link already there
+    (their names are plain relative paths, made so by the operator's cleaning)."""
+    root = trial_dir.resolve()
+    for relative, data in sorted(kept.files.items()):
+        path = trial_dir / relative
+        if not path.resolve().is_relative_to(root) or path.is_symlink():
+            fail(f"{path}: not written, it would leave {trial_dir}")
+        if relative.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)

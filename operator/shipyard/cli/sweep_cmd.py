@@ -280,7 +280,7 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     DIR/NAME/config.json, result.json and a directory per trial (result.json, config.json,
     rewards and logs), as Harbor writes a job."""
     from shipyard.api.conventions import selector_string, sweep_selector
-    from shipyard.cli.get_cmd import trial_logs, write_job_dir
+    from shipyard.cli.get_cmd import trial_artifacts, trial_logs, write_job_dir
     from shipyard.cli.harbor_results import sweep_job
     from shipyard.kube.trials import list_objects
 
@@ -290,7 +290,8 @@ def results_cmd(name: str, output_dir: Path | None, as_json: bool,
     job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
     if output_dir is not None:
         job_dir = output_dir / name
-        write_job_dir(job_dir, job, trial_logs(kept), {**config, "jobs_dir": str(output_dir)})
+        write_job_dir(job_dir, job, trial_logs(kept), {**config, "jobs_dir": str(output_dir)},
+                      trial_artifacts(kept))
         err().print(f"wrote {job_dir}/ (config.json, result.json and "
                     f"{len(job['trial_results'])} trial directories); open it with: harbor "
                     f"view {output_dir}")
@@ -324,7 +325,7 @@ def report_cmd(name: str, output: Path, jobs_dir: Path | None, namespace: str | 
     import os
 
     from shipyard.api.conventions import selector_string, sweep_selector
-    from shipyard.cli.get_cmd import trial_logs, write_job_dir
+    from shipyard.cli.get_cmd import trial_artifacts, trial_logs, write_job_dir
     from shipyard.cli.harbor_results import sweep_job
     from shipyard.cli.sweep_report import report_html, runtime
     from shipyard.kube.trials import list_objects
@@ -334,7 +335,8 @@ def report_cmd(name: str, output: Path, jobs_dir: Path | None, namespace: str | 
     trials = list_objects("trials", ns, selector_string(sweep_selector(name)))
     job, kept, config = sweep_job(obj, trials, list_objects("tasks", ns), datetime.now(UTC))
     jobs_dir = jobs_dir or output.parent / "jobs"
-    write_job_dir(jobs_dir / name, job, trial_logs(kept), {**config, "jobs_dir": str(jobs_dir)})
+    write_job_dir(jobs_dir / name, job, trial_logs(kept), {**config, "jobs_dir": str(jobs_dir)},
+                  trial_artifacts(kept))
     try:
         script = runtime()
     except RuntimeError as exc:

@@ -12,7 +12,7 @@ step's workdir with its setup.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -165,6 +165,9 @@ class VerifyScript:
     test_script: str
     hooks: tuple[VerifierCollectConfig, ...]  # collect hooks first (a shared verifier)
     upload_tests: bool  # False when the tests are bundled in the verifier's image
+    artifacts: tuple[ArtifactConfig, ...] = ()
+    """A shared verifier: the main service's artifacts, packed after the collect hooks and
+    before the tests run (Harbor collects them there), kept by the operator for the export."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ class StepPlan:
     bundled_tests: bool = False
     sidecar_evidence: tuple[SidecarEvidence, ...] = ()
     """Separate verifiers only: what is collected from docker-compose sidecars."""
+    artifacts: tuple[ArtifactConfig, ...] = ()
+    """The step's collection set (the convention entry first): the rows of Harbor's
+    `artifacts/manifest.json` in the export."""
 
 
 @dataclass(frozen=True)
@@ -390,7 +396,8 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             max_timeout=spec.verifier.max_timeout_sec,
             multiplier=spec.verifier_timeout_multiplier or spec.timeout_multiplier,
         )
-        step_plan = _step_plan(task, spec, step, settings, environment, environ, images)
+        step_plan = replace(_step_plan(task, spec, step, settings, environment, environ, images),
+                            artifacts=tuple(settings.artifacts))
         if step_plan.verifier_mode == "separate" and compose is not None:
             step_plan = replace(step_plan, sidecar_evidence=sidecar_evidence(
                 settings.collect, settings.artifacts))
@@ -720,10 +727,15 @@ def collect_phase(hooks: list[VerifierCollectConfig], artifacts: list[ArtifactCo
                   step: str | None, index: int | None) -> PhaseSpec:
     """Before a separate verifier: collect hooks, then the artifacts packed for the verifier
     pod (best effort, as Harbor's collection never fails a trial)."""
-    main = tuple(a for a in artifacts if a.effective_service == "main" and a.source.strip("/"))
     main_hooks = tuple(h for h in hooks if h.service == "main")  # sidecars': SidecarEvidence
     return PhaseSpec(name="collect", id=phase_id("collect", index), step=step,
-                     script=CollectScript(main_hooks, main))
+                     script=CollectScript(main_hooks, main_artifacts(artifacts)))
+
+
+def main_artifacts(artifacts: Sequence[ArtifactConfig]) -> tuple[ArtifactConfig, ...]:
+    """The entries the environment pod's main container packs (sidecars' are copied out by
+    the operator)."""
+    return tuple(a for a in artifacts if a.effective_service == "main" and a.source.strip("/"))
 
 
 def verifier_environment_phase(step: str | None, index: int | None,
@@ -761,7 +773,8 @@ def verifier_phase(
         step=step,
         pod=Role.VERIFIER if separate else Role.ENV,
         script=VerifyScript(script, () if separate else tuple(collect_hooks),
-                            not step_plan.bundled_tests),
+                            not step_plan.bundled_tests,
+                            () if separate else main_artifacts(step_plan.artifacts)),
         user=user,
         timeout_sec=timeout,
         cwd=cwd,

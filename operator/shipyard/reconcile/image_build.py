@@ -31,6 +31,13 @@ _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ?(.*)$")
 _STEP_NAME = re.compile(r"^#(\d+) (\[.*)$")
 _EXIT_CODE = re.compile(r"exit code: \d+")
+_REFUSED = "connect: no route to host"
+BUILD_NETWORK_HINT = (
+    "(no route to host: refused by the build network? A build's RUN steps and ADD <url> reach "
+    "the outside world only, never the cluster, its nodes, link-local or metadata addresses "
+    "or another build; see docs/trust.md)")
+"""Said when a step's connection was refused that way (the local cluster's build network
+answers ICMP host-unreachable, which Go reports as `no route to host`)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,8 @@ def on_job(status: ImageBuildStatus, spec: ImageBuildSpec, job: JobObservation,
         else:
             reason = Reason.IMAGE_BUILD_FAILED
             message = "the build failed"
+        if _REFUSED in job.log_tail:
+            message += f" {BUILD_NETWORK_HINT}"
         if detail:
             message += f"; {detail}"
         return status.model_copy(update={

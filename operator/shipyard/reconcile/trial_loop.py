@@ -27,6 +27,8 @@ from shipyard.reconcile.admission import Evicted
 from shipyard.reconcile.pod_observation import PodObservation
 from shipyard.reconcile.runner_output import PhaseStatus
 
+ARTIFACTS_OVER_LIMIT = 5
+"""The runner's exit code for a packed artifacts tar over the limit (`artifacts LIMIT`)."""
 KEEP_ARTIFACTS_TRIES = 6
 """Reads of the environment pod's artifacts (before it stops) whose exec did not run, after
 which the verifier gets none (said in an Event) rather than the trial waiting forever."""
@@ -141,6 +143,17 @@ class SaveArtifacts:
     pod: str
     data: bytes
     step: str | None
+    refused: str | None = None  # why none were read (over the limit): kept for the export
+
+
+@dataclass(frozen=True)
+class KeepArtifacts:
+    """At the trial's end, before its outcome is written: the artifacts its environment pod
+    packed (a shared verifier's), read and kept for the export, when they were not kept
+    before the pod stopped. Best effort, as Harbor's collection."""
+
+    pod: str
+    step: str | None
 
 
 @dataclass(frozen=True)
@@ -167,7 +180,8 @@ class Crash:
 
 Action = (Observe | Flush | WaitWake | Pause | Admit | Preempt | ApplyNetwork | CreatePodObject
           | LabelPod | DeletePod | PutSecrets | RunExec | StopPhase | FetchPod | ReadArtifacts
-          | SaveArtifacts | ServiceLogs | RemovePods | ReleaseWorkloads | Crash | machine.Done)
+          | SaveArtifacts | KeepArtifacts | ServiceLogs | RemovePods | ReleaseWorkloads | Crash
+          | machine.Done)
 
 
 @dataclass(frozen=True)
@@ -525,6 +539,9 @@ def finishing(state: LoopState) -> LoopState:
     steps: list = []
     if _has_services(state) and state.status.pod_name:
         steps.append(ServiceLogs(state.status.pod_name))
+    plan = state.plan
+    if plan is not None and plan.steps and state.status.pod_name:
+        steps.append(KeepArtifacts(state.status.pod_name, plan.steps[-1].name))
     steps += [_Finalize(), FLUSH]
     if not state.keep:
         steps.append(RemovePods(pod_names(state.status)))
@@ -810,5 +827,6 @@ def _kept_artifacts(state: LoopState, reply: ExecReply) -> LoopState:
     plan = state.plan
     step = plan.steps[-1].name if plan and plan.steps else None
     data = reply.stdout if reply.state == "ok" else b""
-    return _queue(replace(state, stopping=None), SaveArtifacts(pod, data, step),
+    refused = reply.error if reply.exit_code == ARTIFACTS_OVER_LIMIT else None
+    return _queue(replace(state, stopping=None), SaveArtifacts(pod, data, step, refused),
                   *_stop_pod(state, role, pod))

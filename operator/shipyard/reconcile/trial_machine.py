@@ -95,7 +95,7 @@ class StopPod:
     role: Role
     keep_artifacts: bool = False
     """Read the artifacts the collect phase packed in the pod, and keep them, before the pod
-    goes (the last step's separate verifier is set up from them)."""
+    goes (the last step's separate verifier is set up from them; the export reads them)."""
 
 
 @dataclass(frozen=True)
@@ -735,7 +735,7 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         return StopPod(Role.ENV, keep_artifacts=True), None, None
     if (spec.name == "verifier" and spec.pod == Role.VERIFIER and status.pod_name
             and _last_step(plan, spec.step)):
-        return StopPod(Role.ENV), None, None
+        return StopPod(Role.ENV, keep_artifacts=True), None, None
     if pod_name(status, spec.pod) is None:
         if spec.pod == Role.ENV and status.phases[0].state != "Running":
             new, out = fail(status, Reason.POD_LOST, "the environment pod is gone", now)

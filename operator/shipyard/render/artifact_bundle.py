@@ -80,7 +80,7 @@ def clean_artifacts(data: bytes, sources: Sequence[str],
                 if count > MAX_MEMBERS:
                     raise ArtifactsRefused(f"the artifacts hold more than {MAX_MEMBERS} entries")
                 name = _clean_name(member.name)
-                shown = member.name[:200]
+                shown = (name or member.name)[:200]
                 if name is None:
                     out.skipped.append(f"{shown!r}: not a plain relative path")
                     continue

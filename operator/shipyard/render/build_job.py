@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from typing import Any
 
 from shipyard.api.conventions import LABEL_IMAGE_BUILD
@@ -131,6 +132,28 @@ def buildctl_argv(spec: ImageBuildSpec, settings: ImageSettings) -> list[str]:
     return argv
 
 
+WAIT_SECONDS = 60
+
+
+def wait_for_buildkitd(settings: ImageSettings) -> dict[str, Any] | None:
+    """An init container that waits until buildkitd's TCP port answers this pod: a new pod
+    is let in by buildkitd's NetworkPolicy only once the dataplane has its address, and a
+    `buildctl` that connects before that fails the build. It always exits 0: past the wait,
+    buildctl's own error tells what is wrong. None on the host network (no policy there) and
+    for a unix socket."""
+    match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:(\d+)", settings.buildkit_addr)
+    if settings.host_network or match is None:
+        return None
+    host, port = match.groups()
+    script = (f"i=0; until nc -w 2 {host} {port} </dev/null >/dev/null 2>&1; do "
+              f"i=$((i+1)); if [ $i -ge {WAIT_SECONDS} ]; then "
+              f"echo 'buildkitd at {host}:{port} did not answer within {WAIT_SECONDS}s' >&2; "
+              "exit 0; fi; sleep 1; done")
+    return {"name": "wait-buildkitd", "image": settings.builder_image,
+            "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
+
+
 def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str, Any]:
     name = image_build["metadata"]["name"]
     spec = ImageBuildSpec.model_validate(image_build["spec"])
@@ -182,6 +205,9 @@ def build_job(image_build: dict[str, Any], settings: ImageSettings) -> dict[str,
         }],
         "volumes": volumes,
     }
+    wait = wait_for_buildkitd(settings)
+    if wait is not None:
+        pod_spec["initContainers"].append(wait)
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
     if settings.host_network:

@@ -275,7 +275,10 @@ def _stage_artifact(artifact: ArtifactConfig) -> str:
     stage_parent = shlex.quote(f"{ARTIFACTS_STAGE}/{parent}")
     listed = f" && echo {shlex.quote(rel)} >> {ARTIFACTS_TAR}.list"
     return (
-        f"if [ -d {src} ]; then mkdir -p {stage} && tar -c -f - -C {src}{excludes} . "
+        # A link anywhere on the path (say, the agent's /app/out -> /root) is not followed.
+        f'if [ -e {src} ] && [ "$(readlink -f {src})" != {src} ]; then '
+        f"echo {shlex.quote(f'artifact /{rel}: a link on its path, not collected')} >&2\n"
+        f"elif [ -d {src} ]; then mkdir -p {stage} && tar -c -f - -C {src}{excludes} . "
         f"| tar -x -f - -C {stage}{listed}\n"
         f"elif [ -e {src} ]; then mkdir -p {stage_parent} && tar -c -f - -C "
         f"{shlex.quote('/' + parent)} {shlex.quote(name)} | tar -x -f - -C {stage_parent}{listed}"
@@ -287,17 +290,26 @@ def _collect_command(hooks: tuple[VerifierCollectConfig, ...],
                      artifacts: tuple[ArtifactConfig, ...]) -> str:
     """Before a separate verifier: collect hooks, then the artifacts packed for the verifier
     pod (best effort, as Harbor's collection never fails a trial)."""
-    command = "".join(_collect_hook(h) for h in hooks)
-    command += f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR} && mkdir -p {ARTIFACTS_STAGE}\n"
-    command += f": > {ARTIFACTS_TAR}.list\n"
-    command += "".join(_stage_artifact(a) for a in artifacts)
-    command += (
-        f"tar -c -f {ARTIFACTS_TAR} -C {ARTIFACTS_STAGE} -T {ARTIFACTS_TAR}.list 2>/dev/null "
-        f"|| tar -c -f {ARTIFACTS_TAR} -T /dev/null\n"
-        f"rm -rf {ARTIFACTS_STAGE}\n"
-        "exit 0\n"
+    return "".join(_collect_hook(h) for h in hooks) + _pack_artifacts(artifacts) + "exit 0\n"
+
+
+def _pack_artifacts(artifacts: tuple[ArtifactConfig, ...]) -> str:
+    """The artifacts packed (as root) into the runner's root-only folder, where the operator
+    reads them (bounded) and keeps only regular files and folders (`render.artifact_bundle`).
+    Best effort: a failure leaves what was packed, never fails the phase."""
+    pack = f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR} && mkdir -p {ARTIFACTS_STAGE}\n"
+    pack += f": > {ARTIFACTS_TAR}.list\n"
+    pack += "".join(_stage_artifact(a) for a in artifacts)
+    # The staged entries named as arguments (busybox's tar has no -T), each as ./<path>; none
+    # packed: an empty file (the operator reads no artifacts from it).
+    pack += (
+        "set --\n"
+        f'while IFS= read -r e; do set -- "$@" "./$e"; done < {ARTIFACTS_TAR}.list\n'
+        f'if [ $# -gt 0 ]; then tar -c -f {ARTIFACTS_TAR} -C {ARTIFACTS_STAGE} "$@"; '
+        f"else : > {ARTIFACTS_TAR}; fi\n"
+        f"rm -rf {ARTIFACTS_STAGE} {ARTIFACTS_TAR}.list\n"
     )
-    return command
+    return pack
 
 
 def _collect_ops(hooks: tuple[VerifierCollectConfig, ...],
@@ -324,8 +336,11 @@ def _verify_ops(intent: VerifyScript) -> tuple[Op, ...]:
 
 def _verify(intent: VerifyScript) -> PhaseScripts:
     """Stale rewards removed, tests uploaded now (unless bundled in a verifier image), the
-    test script run; for a shared verifier the collect hooks run first (best effort)."""
+    test script run; for a shared verifier the collect hooks run first (best effort), then its
+    artifacts are packed, as Harbor collects them before verification."""
     prepare = "".join(_collect_hook(h) for h in intent.hooks)
+    if intent.artifacts:
+        prepare += f"(\n{_pack_artifacts(intent.artifacts)}) || true\n"
     # Stale rewards, the oracle's files (for its agent phase only), the tests to be replaced.
     # test-stdout.txt too: whatever an agent planted there (a link) is gone before the
     # command's redirect, as root, opens it.

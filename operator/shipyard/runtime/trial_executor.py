@@ -319,10 +319,43 @@ class KubeTrialExecutor:
 
     async def save_artifacts(self, action: loop.SaveArtifacts) -> loop.Nothing:
         """Kept in ConfigMaps of the trial's before the pod goes (cleaned when the verifier is
-        set up, as when read from the pod), with the step's compose sidecar evidence."""
+        set up, or exported, as when read from the pod), with the step's compose sidecar
+        evidence and its collection set (the export's manifest)."""
         data = concat_tars(action.data, await self.sidecar_evidence(action.pod, action.step))
-        if data:
-            await self.call(kube_artifacts.save, artifacts_configmaps(self.body, data))
+        await self._keep(data, action.step, action.refused)
+        return loop.Nothing()
+
+    async def _keep(self, data: bytes, step: str | None, refused: str | None,
+                    packed: bool = False) -> None:
+        """Kept with the step's collection set; nothing when nothing was packed (`packed`: an
+        empty tar was, e.g. the agent removed every artifact: the manifest says `failed`)."""
+        if not data and not refused and not packed:
+            return
+        entries = self.plan.step(step).artifacts if self.plan is not None else ()
+        if refused:
+            refused = (f"{refused.strip()} (the artifacts limit is "
+                       f"{ARTIFACTS_LIMIT_BYTES // (1024 * 1024)} MiB of files)")
+        await self.call(kube_artifacts.save,
+                        artifacts_configmaps(self.body, data, step, entries, refused))
+
+    async def keep_artifacts(self, action: loop.KeepArtifacts) -> loop.Nothing:
+        """At the trial's end: what its environment pod packed (a shared verifier's
+        artifacts), kept for the export. Best effort: a failure is logged, never fails the
+        trial (it is over)."""
+        reply = await self._read_artifacts(action.pod)
+        refused = None
+        if reply.state != "ok":
+            if reply.exit_code != loop.ARTIFACTS_OVER_LIMIT:
+                if reply.exit_code is None:
+                    self.logger.warning(f"artifacts of {action.pod} not kept: {reply.error}")
+                return loop.Nothing()  # none were packed (the trial ended before)
+            refused = reply.error
+            self.logger.warning(f"artifacts of {action.pod} not kept: {refused}")
+        try:
+            await self._keep(reply.stdout if reply.state == "ok" else b"", action.step, refused,
+                             packed=reply.state == "ok")
+        except ApiException as e:
+            self.logger.warning(f"artifacts of {action.pod} not kept: {e.status} {e.reason}")
         return loop.Nothing()
 
     async def kept_artifacts(self) -> bytes | None:

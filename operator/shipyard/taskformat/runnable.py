@@ -9,12 +9,18 @@ condition) rather than found out by a wrong reward or a pod that never starts (p
   (nodes, hosts) is not provided. A caveat when the task has an image, else a refusal.
 - A prebuilt `docker_image` on a registry that needs credentials: pulled only with an image
   pull secret (the Trial's `spec.pod.imagePullSecrets` or the operator's); a caveat.
+- `ADD <url>` of a host that is not on the internet (loopback, link-local and metadata
+  addresses, private ranges, `localhost`, cluster or single-label names): the image builder's
+  network reaches the outside world only (docs/trust.md), so the build fails; a caveat (a
+  platform team may open a private mirror to its builders). Other `ADD <url>` are fine.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from shipyard.taskformat.loader import CONFIG_FILE, LoadedTask
 
@@ -28,6 +34,45 @@ _PRIVATE_REGISTRIES = (
     re.compile(r"^nvcr\.io/nvaie/"),  # NGC enterprise
 )
 HARBOR_TYPES = ("docker",)
+_ADD_LINE = re.compile(r"^\s*ADD\s(.*)$", re.I | re.M)
+_URL = re.compile(r"""(?:https?|git|ssh)://[^\s"',]+""", re.I)
+_INTERNAL_SUFFIXES = (".local", ".internal", ".svc", ".localdomain", ".localhost")
+
+
+def internal_host(url: str) -> str | None:
+    """Why `url`'s host is not on the internet (None: it may be)."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return None
+    if not host:
+        return None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if host == "localhost" or host.endswith(_INTERNAL_SUFFIXES):
+            return f"{host} is a local or cluster name"
+        if "." not in host:
+            return f"{host} is a single-label (cluster or compose) name"
+        return None
+    if address.is_loopback or address.is_link_local or address.is_unspecified:
+        return f"{host} is a loopback or link-local (metadata) address"
+    if address.is_private or address in ipaddress.ip_network("100.64.0.0/10"):
+        return f"{host} is a private address"
+    return None
+
+
+def _add_caveats(path: str, text: str) -> list[Verdict]:
+    found = []
+    for line in _ADD_LINE.findall(text):
+        for url in _URL.findall(line):
+            why = internal_host(url)
+            if why:
+                found.append(Verdict(path, "ADD", f"{url}: {why}; the image builder fetches "
+                                     "ADD sources on a network that reaches the outside world "
+                                     "only (not the cluster, its nodes, metadata servers or "
+                                     "private ranges), so this build fails", False))
+    return found
 
 
 @dataclass(frozen=True)
@@ -69,6 +114,7 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
             if _WINDOWS_IMAGE.search(image.split("@")[0]) and env.os != "windows":
                 found.append(Verdict(path, "FROM", f"{image} is a Windows image: this "
                                      "operator runs Linux containers only", True))
+        found += _add_caveats(path, text)
     has_image = bool(env.docker_image or "environment/Dockerfile" in task.files)
     compose = any(f.startswith("environment/docker-compose") or f.startswith("environment/compose")
                   for f in task.files)

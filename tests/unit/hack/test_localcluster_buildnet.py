@@ -19,7 +19,8 @@ def test_build_steps_are_dropped_towards_the_host_and_the_clusters_ranges():
     assert all(r[-2:] == ["-j", "DROP"] for r in drops)
     assert drops[0][:4] == ["-m", "addrtype", "--dst-type", "LOCAL"]  # etcd, apiserver, ...
     targets = {r[1] for r in drops[1:]}
-    assert targets == {POD_CIDR, SERVICE_CIDR, "169.254.0.0/16"}
+    # ... and another build's container (routed or, through br_netfilter, bridged).
+    assert targets == {POD_CIDR, SERVICE_CIDR, "169.254.0.0/16", buildnet.BUILD_CIDR}
     assert buildnet.BUILD_CIDR not in (POD_CIDR, SERVICE_CIDR)
     # As `iptables -S` prints them, so that `apply` changes nothing on an up-to-date chain.
     assert all(" " not in arg for r in drops for arg in r)
@@ -42,3 +43,33 @@ def test_buildkitd_runs_steps_on_the_build_bridge_and_takes_only_tls_clients(tmp
     assert "tcp://127.0.0.1:1234" in toml["grpc"]["address"]
     args = imagebuilds.tcp_client_args(layout)
     assert args[:2] == ["--addr", imagebuilds.BUILDKIT_ADDR] and "--tlskey" in args
+
+
+def test_buildkitds_own_fetches_reach_the_registry_and_resolvers_but_nothing_else_internal():
+    ruleset = buildnet.nft_ruleset("unified/shipyard-buildkitd", ["10.255.255.53", "fd00::53"])
+    egress = ruleset.split("chain buildkitd-egress {", 1)[1].split("}\n", 1)[0]
+    lines = [line.strip() for line in egress.splitlines() if line.strip()]
+    # Only buildkitd's cgroup, before DNAT (a Service IP is seen as written).
+    assert 'socket cgroupv2 level 1 "unified/shipyard-buildkitd" jump buildkitd-egress' in ruleset
+    assert "hook output priority mangle" in ruleset
+    # Allowed first: replies, the registry (exactly its address and port), DNS to the resolvers.
+    assert lines[0] == "ct state established,related return"
+    assert lines[1] == "ip daddr 127.0.0.1 tcp dport 5055 return"
+    assert "10.255.255.53" in lines[2] and "th dport 53 return" in lines[2]
+    assert "fd00::53" in lines[3] and "th dport 53 return" in lines[3]
+    # Then refused at once: the host's every address, the cluster's ranges, the builds' bridge,
+    # link-local (metadata) and loopback, IPv6 too.
+    refused = [line for line in lines if line.endswith("reject with icmpx host-unreachable")]
+    assert refused[0].startswith("fib daddr type local")
+    for cidr in (POD_CIDR, SERVICE_CIDR, buildnet.BUILD_CIDR, "169.254.0.0/16", "127.0.0.0/8",
+                 "::1/128", "fe80::/10"):
+        assert any(cidr in line for line in refused), cidr
+    assert len(lines) == 4 + len(refused)
+    # Atomic replacement (idempotent on a running cluster), and bridge-internal traffic dropped.
+    assert ruleset.startswith(f"table inet {buildnet.NFT_TABLE}\ndelete table inet ")
+    assert f"ip saddr {buildnet.BUILD_CIDR} ip daddr {buildnet.BUILD_CIDR} drop" in ruleset
+
+
+def test_resolvers_are_read_from_resolv_conf():
+    text = "# c\nnameserver 10.255.255.53\nnameserver fe80::1%eth0\nsearch x\nnameserver bad\n"
+    assert buildnet.resolvers(text) == ["10.255.255.53", "fe80::1"]

@@ -99,6 +99,30 @@ def test_collect_hooks_run_before_the_rewards_are_reset() -> None:
     assert "(ignored)" in prepare  # best effort, as in Harbor
 
 
+def test_a_shared_verifier_packs_every_artifact_after_its_hooks_and_before_its_tests() -> None:
+    """Harbor collects artifacts after the collect hooks and before verification, for every
+    trial (issue 26): a shared verifier's root prepare packs them where only root writes."""
+    toml = 'artifacts = ["/app/answer.txt", {source = "/var/db", service = "db"}]\n' + \
+        with_toml('[[verifier.collect]]\ncommand = "cp -r /app/out /logs/artifacts/"\n')
+    plan = plan_for(task(toml), artifacts=[{"source": "/app/extra/", "destination": "x"}])
+    assert [p.name for p in plan.phases] == ["environment", "agent", "verifier"]
+    verifier = plan.phase("verifier")
+    assert [a.source for a in verifier.script.artifacts] == [
+        "/logs/artifacts", "/app/answer.txt", "/app/extra/"]  # the main container's only
+    assert [a.source for a in plan.steps[0].artifacts] == [
+        "/logs/artifacts", "/app/answer.txt", "/var/db", "/app/extra/"]  # the manifest's rows
+    prepare = scripts(verifier).prepare
+    pack = prepare.index("/shipyard/state/artifacts.tar")
+    assert prepare.index("cp -r /app/out") < pack < prepare.index("rm -rf -- ")
+    assert ") || true\n" in prepare  # best effort: never fails the verifier
+
+
+def test_a_task_without_declared_artifacts_still_packs_the_convention_folder() -> None:
+    verifier = plan_for().phase("verifier")
+    assert [a.source for a in verifier.script.artifacts] == ["/logs/artifacts"]
+    assert "logs/artifacts" in scripts(verifier).prepare
+
+
 # ---------------------------------------------------------------- what reaches the pod, when
 
 
@@ -448,10 +472,12 @@ def test_artifact_excludes_apply_to_directories_only() -> None:
     plan = plan_for(task(toml), artifacts=[
         {"source": "/app/out", "exclude": ["*.tmp", "cache dir"]}])
     branches = scripts(plan.phase("collect")).command.split("\n")
-    directory = next(b for b in branches if b.startswith("if [ -d /app/out ]"))
+    directory = next(b for b in branches if b.startswith("elif [ -d /app/out ]"))
     single_file = next(b for b in branches if b.startswith("elif [ -e /app/out ]"))
     assert "-C /app/out --exclude='*.tmp' --exclude='cache dir' ." in directory
     assert "--exclude" not in single_file
+    link = next(b for b in branches if b.startswith("if [ -e /app/out ]"))
+    assert '"$(readlink -f /app/out)" != /app/out' in link  # a link on the path: not followed
 
 
 def _spec_of(phase: PhaseSpec) -> str:

@@ -146,3 +146,21 @@ def test_a_silent_step_says_so():
     assert failure_message(missing, "b", "ns") == (
         "step [internal] load metadata for x failed (x: not found); the whole log: "
         "kubectl logs -n ns job/b")
+
+
+def test_a_connection_refused_by_the_build_network_is_said_so():
+    from shipyard.reconcile.image_build import BUILD_NETWORK_HINT
+
+    log = ("#5 [3/3] ADD http://127.0.0.1:2379/v3/kv/range /fetched\n"
+           '#5 ERROR: Get "http://127.0.0.1:2379/v3/kv/range": dial tcp 127.0.0.1:2379: '
+           "connect: no route to host\n")
+    status = on_job(ImageBuildStatus(job_name="build-x"), SPEC,
+                    JobObservation("failed", "BackoffLimitExceeded", log), None, "t2")
+    assert status.reason == "ImageBuildFailed"
+    assert BUILD_NETWORK_HINT in status.message
+    assert "ADD http://127.0.0.1:2379/v3/kv/range" in status.message
+    # Any other failure: no such hint.
+    other = on_job(ImageBuildStatus(job_name="build-x"), SPEC,
+                   JobObservation("failed", "BackoffLimitExceeded", "#5 ERROR: exit code: 1\n"),
+                   None, "t2")
+    assert BUILD_NETWORK_HINT not in other.message

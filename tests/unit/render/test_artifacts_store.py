@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from shipyard.api.task_source import PART_BYTES
-from shipyard.render.artifacts_store import artifacts_configmaps, part_bytes, parts_of
+from shipyard.render.artifacts_store import (
+    artifacts_configmaps,
+    kept_entries,
+    kept_refusal,
+    kept_step,
+    part_bytes,
+    parts_of,
+)
+from shipyard.taskformat import ArtifactConfig
 from tests.unit.helpers import trial_body
 
 
@@ -18,3 +26,16 @@ def test_artifacts_are_kept_in_configmap_sized_parts_owned_by_the_trial():
     assert owner["kind"] == "Trial" and owner["name"] == "hello-oracle"
     small = artifacts_configmaps(trial_body(), b"x")
     assert len(small) == 1 and parts_of(small[0]) == 1 and part_bytes(small[0]) == b"x"
+
+
+def test_the_first_part_keeps_the_collection_set_step_and_refusal_for_the_export():
+    entries = [ArtifactConfig(source="/logs/artifacts"),
+               ArtifactConfig(source="/app/r", destination="res", exclude=["*.tmp"])]
+    tar = b"y" * (PART_BYTES + 1)
+    cms = artifacts_configmaps(trial_body(), tar, "build", entries)
+    assert kept_entries(cms[0]) == entries and kept_step(cms[0]) == "build"
+    assert kept_refusal(cms[0]) is None and parts_of(cms[1]) == 2
+    refused = artifacts_configmaps(trial_body(), b"", None, entries, "over the limit")
+    assert len(refused) == 1 and part_bytes(refused[0]) == b""
+    assert kept_refusal(refused[0]) == "over the limit" and kept_step(refused[0]) is None
+    assert kept_entries({"metadata": {}}) is None  # kept by an older operator

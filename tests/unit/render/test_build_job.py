@@ -128,3 +128,18 @@ def test_with_mtls_only_the_buildctl_container_mounts_a_client_secret_of_its_own
     assert base64.b64decode(secret["data"]["tls.key"]) == b"KEY"
     assert "--tls" not in " ".join(build_job(ib, LOCAL)["spec"]["template"]["spec"]
                                    ["containers"][0]["command"])
+
+
+def test_on_the_pod_network_the_job_waits_for_buildkitd_to_let_it_in():
+    settings = ImageSettings(backend="buildkit", registry="r/p",
+                             buildkit_addr="tcp://shipyard-buildkitd.ops.svc:1234")
+    spec = build_job(_image_build(), settings)["spec"]["template"]["spec"]
+    context, wait = spec["initContainers"]
+    assert context["name"] == "context" and wait["name"] == "wait-buildkitd"
+    script = wait["command"][-1]
+    assert "nc -w 2 shipyard-buildkitd.ops.svc 1234" in script and "exit 0" in script
+    assert "volumeMounts" not in wait  # no certificate, no context: a TCP connect only
+    assert spec["containers"][0]["command"][0] == "buildctl"
+    # On the host network (the local cluster) or a unix socket: nothing to wait for.
+    assert len(build_job(_image_build(), LOCAL)["spec"]["template"]["spec"]
+               ["initContainers"]) == 1

@@ -60,6 +60,7 @@ class FakeExecutor:
             loop.CreatePodObject: "create_pod_object", loop.RunExec: "run_exec",
             loop.DeletePod: "delete_pod", loop.RemovePods: "remove_pods",
             loop.ReleaseWorkloads: "nothing", loop.FetchPod: "fetch_pod",
+            loop.KeepArtifacts: "nothing",
         }[type(action)])(action)
 
     def _seen(self, name: str | None) -> PodObservation:
@@ -159,3 +160,15 @@ def test_a_pod_that_never_answers_fails_the_attempt_as_lost() -> None:
     assert status.phase == "Failed"
     assert machine.terminal_condition(status).reason == Reason.POD_LOST
     assert "FetchPod" in executor.calls  # looked at the pod before deciding
+
+
+def test_a_trials_artifacts_are_kept_for_the_export_before_its_end_is_written() -> None:
+    """A shared verifier's trial: what its environment pod packed is read once, at its end,
+    before the outcome is on record (an export right after sees it) and before its pods go."""
+    executor = FakeExecutor()
+    drive(executor)
+    calls = executor.calls
+    assert calls.count("KeepArtifacts") == 1, calls
+    keep = calls.index("KeepArtifacts")
+    assert "Flush" in calls[keep:] and "RemovePods" in calls[keep:]
+    assert executor.writes[-1].phase == "Completed"

@@ -45,3 +45,29 @@ def test_a_task_with_an_environment_dir_but_no_image_is_noted():
     [v] = verdicts(bare)
     assert not v.refused and v.file == "environment/Dockerfile"
     assert "spec.environment.image" in v.message
+
+
+def test_add_of_a_host_off_the_internet_is_a_caveat_and_other_urls_are_fine():
+    dockerfile = (
+        "FROM debian:bookworm\n"
+        "ADD http://169.254.169.254/latest/meta-data/ /a\n"
+        "add --chmod=644 https://127.0.0.1:6443/version http://10.96.0.1/x /b/\n"
+        'ADD ["http://metadata.google.internal/computeMetadata/v1/", "/c"]\n'
+        "ADD http://minio:9000/bucket/data.tar /d\n"
+        "ADD https://[::1]:2379/ /e\n"
+        "ADD https://pypi.org/simple/six/ /f\n"
+        "ADD https://github.com/astral-sh/uv.git#0.9.7 /g\n"
+        "ADD local/file.txt /h\n"
+        "RUN curl http://127.0.0.1/ || true\n")
+    found = verdicts(task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', ""),
+                          extra={"environment/Dockerfile": dockerfile}))
+    assert all(not v.refused and v.field == "ADD" and v.file == "environment/Dockerfile"
+               for v in found)
+    assert len(found) == 6, found
+    text = "\n".join(v.message for v in found)
+    for url in ("http://169.254.169.254/latest/meta-data/", "https://127.0.0.1:6443/version",
+                "http://10.96.0.1/x", "http://metadata.google.internal/computeMetadata/v1/",
+                "http://minio:9000/bucket/data.tar", "https://[::1]:2379/"):
+        assert f"{url}: " in text, url
+    assert "pypi.org" not in text and "github.com" not in text and "curl" not in text
+    assert "reaches the outside world only" in found[0].message
