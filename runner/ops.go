@@ -166,7 +166,7 @@ func (o op) run(environ []string, out *os.File) error {
 	case "healthcheck":
 		return o.healthcheck(environ, out)
 	case "pack":
-		if err := pack(o.Dst, o.Items); err != nil {
+		if err := pack(o.Dst, o.Items, out); err != nil {
 			fmt.Fprintf(out, "shipyard runner: packing the artifacts: %v\n", err)
 		}
 	default:
@@ -412,9 +412,9 @@ func runAs(user string, argv []string, timeout int, environ []string, out *os.Fi
 
 // pack: the artifacts into the tar DST (written whole, then renamed into place): a folder's
 // contents under its own path less what its `exclude` patterns name (as `tar --exclude`), a
-// file (or link) as itself. Regular files, folders and links only; the operator keeps only
+// file as itself; an artifact with a link on its path is left out, said in OUT. Regular files, folders and links only; the operator keeps only
 // files and folders under the declared paths (shipyard.render.artifact_bundle).
-func pack(dst string, items []packItem) error {
+func pack(dst string, items []packItem, out io.Writer) error {
 	tmp := dst + ".partial"
 	_ = os.Remove(dst)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -423,6 +423,7 @@ func pack(dst string, items []packItem) error {
 	}
 	tw := tar.NewWriter(f)
 	seen := map[string]bool{}
+	entries := 0
 	for _, it := range items {
 		rel := strings.Trim(path.Clean("/"+it.Source), "/")
 		if rel == "" || seen[rel] {
@@ -430,16 +431,21 @@ func pack(dst string, items []packItem) error {
 		}
 		seen[rel] = true
 		src := "/" + rel
-		st, err := os.Stat(src) // a link to a folder is packed as the folder, as `tar -C`
+		st, err := os.Stat(src)
 		if err != nil {
 			continue
 		}
+		// A link anywhere on the path (say, the agent's /app/out -> /root) is not followed.
+		if real, err := filepath.EvalSymlinks(src); err != nil || real != src {
+			fmt.Fprintf(out, "artifact /%s: a link on its path, not collected\n", rel)
+			continue
+		}
+		entries++
 		if !st.IsDir() {
 			_ = packEntry(tw, src, rel)
 			continue
 		}
-		// "src/": a link to a folder is walked as the folder (WalkDir follows no link).
-		_ = filepath.WalkDir(src+"/", func(p string, d fs.DirEntry, err error) error {
+		_ = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
 			}
@@ -459,6 +465,9 @@ func pack(dst string, items []packItem) error {
 		})
 	}
 	err = tw.Close()
+	if entries == 0 && err == nil { // none packed: an empty file (no artifacts to read)
+		err = f.Truncate(0)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

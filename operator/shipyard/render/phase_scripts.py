@@ -314,9 +314,13 @@ def _pack_artifacts(artifacts: tuple[ArtifactConfig, ...]) -> str:
 
 def _collect_ops(hooks: tuple[VerifierCollectConfig, ...],
                  artifacts: tuple[ArtifactConfig, ...]) -> tuple[Op, ...]:
+    return (*_hook_ops(hooks), _pack_op(artifacts))
+
+
+def _pack_op(artifacts: tuple[ArtifactConfig, ...]) -> Op:
     items = [{"source": a.source, **({"exclude": list(a.exclude)} if a.exclude else {})}
              for a in artifacts]
-    return (*_hook_ops(hooks), _op("pack", dst=ARTIFACTS_TAR, items=items))
+    return _op("pack", dst=ARTIFACTS_TAR, items=items)
 
 
 def _hook_ops(hooks: tuple[VerifierCollectConfig, ...]) -> tuple[Op, ...]:
@@ -327,11 +331,12 @@ def _hook_ops(hooks: tuple[VerifierCollectConfig, ...]) -> tuple[Op, ...]:
 def _verify_ops(intent: VerifyScript) -> tuple[Op, ...]:
     test = f"/tests/{intent.test_script}"
     stale = [REWARD_TXT, REWARD_JSON, TEST_STDOUT, "/solution"]
+    first = (*_hook_ops(intent.hooks), *((_pack_op(intent.artifacts),) if intent.artifacts
+                                         else ()))
     if intent.upload_tests:
-        return (*_hook_ops(intent.hooks), _op("rm", paths=[*stale, "/tests"]),
+        return (*first, _op("rm", paths=[*stale, "/tests"]),
                 _op("copy", src=f"{PAYLOAD_OP}/tests", dst="/tests"), *_executable_ops(test))
-    return (*_hook_ops(intent.hooks), _op("rm", paths=stale),
-            _op("chmod", mode="+x", paths=[test]))
+    return (*first, _op("rm", paths=stale), _op("chmod", mode="+x", paths=[test]))
 
 
 def _verify(intent: VerifyScript) -> PhaseScripts:
