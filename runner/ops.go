@@ -412,8 +412,9 @@ func runAs(user string, argv []string, timeout int, environ []string, out *os.Fi
 
 // pack: the artifacts into the tar DST (written whole, then renamed into place): a folder's
 // contents under its own path less what its `exclude` patterns name (as `tar --exclude`), a
-// file as itself; an artifact with a link on its path is left out, said in OUT. Regular files, folders and links only; the operator keeps only
-// files and folders under the declared paths (shipyard.render.artifact_bundle).
+// file as itself; an artifact with a link on its path is left out, said in OUT. Links, FIFOs
+// and devices are entries without contents; the operator keeps only files and folders under
+// the declared paths (shipyard.render.artifact_bundle).
 func pack(dst string, items []packItem, out io.Writer) error {
 	tmp := dst + ".partial"
 	_ = os.Remove(dst)
@@ -488,9 +489,9 @@ func packEntry(tw *tar.Writer, p, name string) error {
 		if link, err = os.Readlink(p); err != nil {
 			return err
 		}
-	} else if !st.IsDir() && !st.Mode().IsRegular() {
-		return nil
 	}
+	// FIFOs and devices go in as entries without contents (the operator names what it leaves
+	// out, as for tar's); a socket cannot be packed.
 	h, err := tar.FileInfoHeader(st, link)
 	if err != nil {
 		return err
