@@ -4,14 +4,21 @@
 #
 # Without Docker (the local cluster), the same image is made from a root filesystem by
 # hack/localcluster/operator_image.py. Both install the package from its wheel with the runtime
-# dependencies pinned by hack/operator-image/constraints.txt, run as the non-root user 10001 and
-# start `python3 -m shipyard operator`.
+# dependencies pinned by hack/operator-image/constraints.txt, carry the static Go runner at
+# /runner, run as the non-root user 10001 and start `python3 -m shipyard operator`.
 
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/shipyard ./operator/shipyard
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# The static in-pod runner (runner/), carried at /runner: trial pods copy it from this image
+# with an init container (`/runner install`, chart value trials.runnerImage, empty = this image).
+FROM golang:1.22 AS runner
+WORKDIR /src
+COPY runner/go.mod runner/*.go ./
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /runner .
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="shipyard-operator" \
@@ -22,6 +29,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY hack/operator-image/constraints.txt /tmp/constraints.txt
 COPY --from=wheel /wheels /tmp/wheels
+COPY --from=runner /runner /runner
 RUN pip install --no-cache-dir --only-binary=:all: --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels /tmp/constraints.txt \
  && groupadd --gid 10001 shipyard \

@@ -195,7 +195,14 @@ func supervise(id string) {
 	defer out.Close()
 	devnull, _ := os.Open("/dev/null")
 	inherited := os.Environ()
-	if exists(p + "/prepare") {
+	if exists(p + "/prepare.ops") {
+		// Shipyard's own steps, done by the runner (no program of the image runs them).
+		env := append(inherited, "SHIPYARD_PAYLOAD="+p+"/payload")
+		if err := runOps(p+"/prepare.ops", p+"/payload", env, out); err != nil {
+			finish(id, 126, 0, fmt.Sprintf("shipyard runner: preparing phase %s failed: %v", id, err))
+			return
+		}
+	} else if exists(p + "/prepare") {
 		cmd := exec.Command("/bin/sh", p+"/prepare")
 		cmd.Env = append(inherited, "SHIPYARD_PAYLOAD="+p+"/payload")
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, out, out
@@ -245,7 +252,15 @@ func supervise(id string) {
 	oomBefore := oomKills()
 	var timedOut atomic.Bool
 	rc := 0
-	if err := cmd.Start(); err != nil {
+	if exists(p + "/command.ops") {
+		// The collect phase: Shipyard's own steps (its hooks are task code, run as their user).
+		if err := runOps(p+"/command.ops", p+"/payload", environ, out); err != nil {
+			if !errors.Is(err, errReported) {
+				fmt.Fprintf(out, "shipyard runner: phase %s: %v\n", id, err)
+			}
+			rc = 1
+		}
+	} else if err := cmd.Start(); err != nil {
 		fmt.Fprintf(out, "shipyard runner: phase %s could not start: %v\n", id, err)
 		rc = 127
 		var pe *os.PathError

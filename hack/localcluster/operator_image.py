@@ -10,12 +10,15 @@
 The same image as the Dockerfile, made the local cluster's way: the cached Debian bookworm root
 filesystem (Python 3.11) + the project's wheel and its dependencies, installed by the host's pip
 with `--target` for CPython 3.11 on manylinux x86_64 (binary wheels only, versions pinned by
-hack/operator-image/constraints.txt) + a non-root user (10001) -> OCI (umoci) -> docker-archive
-(skopeo) -> `ctr import`. Entrypoint `python3 -m shipyard`, command `operator`.
+hack/operator-image/constraints.txt) + the static Go runner at /runner (runner_image.py; trial
+pods copy it from this image, the chart's default trials.runnerImage) + a non-root user (10001)
+-> OCI (umoci) -> docker-archive (skopeo) -> `ctr import`. Entrypoint `python3 -m shipyard`,
+command `operator`.
 
 The tag is `localhost/shipyard/operator:<version>-<content hash>`; the hash covers the package
-sources, pyproject.toml, the constraints and this script, so any change gives a new tag (and a
-`helm upgrade` rolls the pod). `<version>` alone is tagged too, for the chart's default values.
+sources, pyproject.toml, the constraints, the runner's sources and this script, so any change
+gives a new tag (and a `helm upgrade` rolls the pod). `<version>` alone is tagged too, for the
+chart's default values.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import runner_image
 from images import IMAGE_DEBIAN, IMAGES, _runner, imported_tags, write_archive
 from layout import Layout
 
@@ -55,7 +59,7 @@ def version() -> str:
 
 def source_files() -> list[Path]:
     files = [REPO / "pyproject.toml", CONSTRAINTS, Path(__file__).resolve()]
-    return files + package_files()
+    return files + runner_image.source_files() + package_files()
 
 
 def package_files() -> list[Path]:
@@ -141,11 +145,15 @@ def build(layout: Layout) -> tuple[str, Path]:
         with tempfile.TemporaryDirectory(dir=layout.cache) as scratch:
             debian.build_rootfs(layout, Path(scratch))
     began = time.monotonic()
+    runner = runner_image.build_binary(layout)
 
     def fill(rootfs: Path) -> None:
         subprocess.run(["cp", "-a", f"{cached_rootfs}/.", str(rootfs)], check=True)
         _install_into(rootfs, _build_wheel(rootfs.parent.parent / "wheel"))
         _add_user(rootfs)
+        carried = rootfs / runner_image.BINARY_IN_IMAGE.lstrip("/")
+        shutil.copy2(runner, carried)
+        carried.chmod(0o755)
 
     config = [
         f"--config.user={UID}:{GID}",

@@ -15,11 +15,13 @@ archives are cached under ~/.cache/shipyard/runner and ~/.cache/shipyard/images.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from layout import Layout
@@ -68,9 +70,11 @@ def build_binary(layout: Layout) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"building the runner failed:\n{result.stderr[-3000:]}")
     partial.rename(out)
-    for old in out.parent.glob("runner-*"):  # older builds are of no further use
-        if old != out:
-            old.unlink(missing_ok=True)
+    # Older builds go once a day old (another checkout's tests may be running one now).
+    for old in out.parent.glob("runner-*"):
+        with contextlib.suppress(OSError):
+            if old != out and time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
     return out
 
 

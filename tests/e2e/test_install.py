@@ -155,9 +155,28 @@ def test_operator_pod_is_ready_non_root_with_probes(cluster, install):
     assert install.install_seconds < 180
 
 
+def _first_trial_pod(cluster, namespace: str, trial: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = _json(cluster, "-n", namespace, "get", "pods", "-l",
+                     f"shipyard.dev/trial={trial}")["items"]
+        if pods:
+            return pods[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no pod of trial {trial} seen")
+
+
 def test_hello_world_example_gets_its_rewards(cluster, install):
     ns = install.watched_ns
     cluster.kubectl_run("-n", ns, "apply", "-f", str(HELLO))
+    # The chart's default runner: the static Go runner, copied out of the operator's own image
+    # by the pod's init container and mounted read-only (no runner.sh ConfigMap volume).
+    pod = _first_trial_pod(cluster, ns, "hello-world-oracle")
+    (runner,) = [c for c in pod["spec"].get("initContainers", []) if c["name"] == "runner"]
+    assert runner["image"] == install.image
+    assert runner["command"] == ["/runner", "install", "/shipyard/bin/runner"]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "runner")
+    assert "emptyDir" in volume and "configMap" not in volume
     cluster.kubectl_run("-n", ns, "wait", "--for=condition=Complete", "trial/hello-world-oracle",
                         "trial/hello-world-nop", "--timeout=180s", timeout=200)
     assert _wait_trial(cluster, ns, "hello-world-oracle")["status"]["reward"] == 1.0

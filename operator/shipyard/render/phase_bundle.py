@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shlex
 import tarfile
 
@@ -43,6 +44,10 @@ def build_phase_bundle(phase_id: str, phase: PhaseSpec) -> bytes:
         # prepare runs as root before the payload is removed; the runner sets SHIPYARD_PAYLOAD.
         prepare = f"set -e\n{scripts.prepare}"
         members["prepare"] = (prepare.encode(), 0o600)
+    # The same steps for the Go runner, which does them itself (runner/ops.go).
+    for name, ops in (("prepare.ops", scripts.prepare_ops), ("command.ops", scripts.command_ops)):
+        if ops is not None:
+            members[name] = ("".join(json.dumps(op) + "\n" for op in ops).encode(), 0o600)
     if phase.collect:
         members["collect"] = ("\n".join(phase.collect).encode() + b"\n", 0o600)
     for path, content in phase.payload.items():

@@ -1,11 +1,17 @@
 """The shell each phase runs in its pod: the root `prepare` script (files into place) and the
 `command` run as the phase's user, from what the plan says the phase does
-(`shipyard.plan.phases` script intents). Harbor's own shell steps are mirrored here."""
+(`shipyard.plan.phases` script intents). Harbor's own shell steps are mirrored here.
+
+Shipyard's own steps (files into place, collect hooks, the artifacts packed) are also given as
+runner steps (`prepare_ops`, `command_ops`: docs/runner-protocol.md, "Steps"), which the Go
+runner does itself instead of the shell, with no program of the task's image (which the agent
+may have replaced); runner.sh runs the shell. Both say the same."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from shipyard.plan.phases import (
     AGENT_LOGS,
@@ -36,10 +42,19 @@ ARTIFACTS_TREE = f"{PAYLOAD}/artifacts-tree"
 own phase folder) before copying each artifact to its path."""
 
 
+Op = dict[str, Any]
+"""One runner step (`runner/ops.go`): {"op": NAME, ...}."""
+PAYLOAD_OP = "$SHIPYARD_PAYLOAD"  # the runner puts the phase's payload folder here
+
+
 @dataclass(frozen=True)
 class PhaseScripts:
     command: str
     prepare: str | None = None
+    prepare_ops: tuple[Op, ...] | None = None
+    """The prepare as runner steps (None: the Go runner runs `prepare` with the image's sh)."""
+    command_ops: tuple[Op, ...] | None = None
+    """The command as runner steps (Shipyard's own command: the collect phase)."""
 
 
 def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
@@ -48,9 +63,11 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
         case None:
             return PhaseScripts(phase.command, phase.prepare)
         case EnvironmentScript(workdir=workdir, copy_environment=copy):
-            return PhaseScripts("true", _environment_prepare(workdir, copy))
+            return PhaseScripts("true", _environment_prepare(workdir, copy),
+                                _environment_ops(workdir, copy))
         case HealthcheckScript(check=check):
-            return PhaseScripts(healthcheck_script(check))
+            return PhaseScripts(healthcheck_script(check),
+                                command_ops=(_healthcheck_op(check, phase.user),))
         case SetupScript():
             return _setup(phase.script)
         case OracleScript(script=script):
@@ -58,15 +75,27 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
         case CommandAgentScript(command=command):
             return _command_agent(command)
         case InstalledAgentScript(run=run):
+            install = install_script(run)
+            ops = _instruction_ops() + ((_op("sh", command=install),) if install else ())
             return PhaseScripts(agent_script(run, INSTRUCTION_PATH),
-                                _instruction_prepare() + install_script(run))
+                                _instruction_prepare() + install, ops)
         case CollectScript(hooks=hooks, artifacts=artifacts):
-            return PhaseScripts(_collect_command(hooks, artifacts))
+            return PhaseScripts(_collect_command(hooks, artifacts),
+                                command_ops=_collect_ops(hooks, artifacts))
         case VerifierEnvironmentScript(artifacts=artifacts):
-            return PhaseScripts("true", _dirs_prepare() + _materialize(artifacts))
+            return PhaseScripts("true", _dirs_prepare() + _materialize(artifacts),
+                                _dirs_ops() + _materialize_ops(artifacts))
         case VerifyScript():
             return _verify(phase.script)
     raise TypeError(f"no script for {phase.script!r}")
+
+
+def _op(name: str, **fields: Any) -> Op:
+    return {"op": name, **{k: v for k, v in fields.items() if v not in (None, "", [], ())}}
+
+
+def _dirs_ops() -> tuple[Op, ...]:
+    return (_op("mkdir", paths=list(LOG_DIRS), mode="1777"),)
 
 
 def _dirs_prepare() -> str:
@@ -88,7 +117,7 @@ def _materialize(artifacts: tuple[str, ...]) -> str:
     lines = [f"if [ -s {tar} ]; then\n",
              f"mkdir -p {tree} && tar -x -f {tar} -C {tree} --no-same-owner\n"]
     for source in dict.fromkeys(artifacts):
-        rel = "/".join(p for p in source.strip("/").split("/") if p not in ("", "."))
+        rel = _artifact_rel(source)
         if not rel:
             continue
         src, dst = f'{tree}/{shlex.quote(rel)}', shlex.quote("/" + rel)
@@ -101,6 +130,28 @@ def _materialize(artifacts: tuple[str, ...]) -> str:
     return "".join(lines)
 
 
+def _artifact_rel(source: str) -> str:
+    return "/".join(p for p in source.strip("/").split("/") if p not in ("", "."))
+
+
+def _materialize_ops(artifacts: tuple[str, ...]) -> tuple[Op, ...]:
+    if not artifacts:
+        return ()
+    tree = f"{PAYLOAD_OP}/artifacts-tree"
+    ops = [_op("untar", src=f"{PAYLOAD_OP}/artifacts.tar", dst=tree)]
+    for rel in dict.fromkeys(_artifact_rel(a) for a in artifacts):
+        if rel:
+            ops.append(_op("copy", src=f"{tree}/{rel}", dst=f"/{rel}", optional=True))
+    return tuple(ops)
+
+
+def _environment_ops(workdir: str | None, copy_environment: bool) -> tuple[Op, ...]:
+    ops = _dirs_ops()
+    if copy_environment:
+        ops += (_op("copy", src=f"{PAYLOAD_OP}/environment", dst=workdir or "."),)
+    return ops
+
+
 def _environment_prepare(workdir: str | None, copy_environment: bool) -> str:
     """Harbor's ensure_dirs, plus the environment/ files for a prebuilt image (docs/harbor.md §b.3
     2.2)."""
@@ -109,6 +160,12 @@ def _environment_prepare(workdir: str | None, copy_environment: bool) -> str:
         target = shlex.quote(workdir) if workdir else '"$(pwd)"'
         prepare += f"mkdir -p {target} && cp -a {PAYLOAD}/environment/. {target}/\n"
     return prepare
+
+
+def _healthcheck_op(check: HealthcheckConfig, user: str | None) -> Op:
+    return _op("healthcheck", command=check.command, timeout=int(check.timeout_sec), user=user,
+               start_period=check.start_period_sec, start_interval=check.start_interval_sec,
+               interval=check.interval_sec, retries=check.retries)
 
 
 def healthcheck_script(check: HealthcheckConfig) -> str:
@@ -146,12 +203,29 @@ def _setup(intent: SetupScript) -> PhaseScripts:
             prepare += f"(cd \"$(pwd)\" && chown -R {shlex.quote(intent.user)} {names}) || true\n"
     command = ("if [ -f setup.sh ]; then bash ./setup.sh; fi\n" if "setup.sh" in intent.files
                else "true\n")
-    return PhaseScripts(command, prepare)
+    return PhaseScripts(command, prepare, _setup_ops(intent))
+
+
+def _setup_ops(intent: SetupScript) -> tuple[Op, ...]:
+    ops = [_op("rm", paths=["/logs/agent"]), _op("mkdir", paths=["/logs/agent"], mode="1777")]
+    if intent.previous_shared:
+        ops += [_op("rm", paths=["/logs/verifier", "/tests"]),
+                _op("mkdir", paths=["/logs/verifier"], mode="1777")]
+    if intent.files:
+        ops.append(_op("copy", src=f"{PAYLOAD_OP}/workdir", dst="."))
+        if intent.user is not None:
+            ops.append(_op("chown", user=intent.user,
+                           paths=list(dict.fromkeys(n.split("/")[0] for n in intent.files))))
+    return tuple(ops)
 
 
 def _executable(path: str) -> str:
     """` && chmod +x PATH`, unless the bundle already made it executable (`*.sh`)."""
     return "" if path.endswith(".sh") else f" && chmod +x {shlex.quote(path)}"
+
+
+def _executable_ops(path: str) -> tuple[Op, ...]:
+    return () if path.endswith(".sh") else (_op("chmod", mode="+x", paths=[path]),)
 
 
 def _oracle(script: str) -> PhaseScripts:
@@ -165,12 +239,20 @@ def _oracle(script: str) -> PhaseScripts:
         'if [ "$rc" -ne 0 ]; then echo "$rc" > /logs/agent/exit-code.txt; fi\n'
         'exit "$rc"\n'
     )
-    return PhaseScripts(command, prepare)
+    ops = (_op("rm", paths=["/solution"]),
+           _op("copy", src=f"{PAYLOAD_OP}/solution", dst="/solution"),
+           *_executable_ops(f"/solution/{script}"))
+    return PhaseScripts(command, prepare, ops)
 
 
 def _instruction_prepare() -> str:
     """The instruction into the file agents read it from (never a command line)."""
     return f"cp {PAYLOAD}/instruction.md {INSTRUCTION_PATH} && chmod 644 {INSTRUCTION_PATH}\n"
+
+
+def _instruction_ops() -> tuple[Op, ...]:
+    return (_op("copy", src=f"{PAYLOAD_OP}/instruction.md", dst=INSTRUCTION_PATH),
+            _op("chmod", mode="644", paths=[INSTRUCTION_PATH]))
 
 
 def _command_agent(agent_command: str) -> PhaseScripts:
@@ -180,7 +262,7 @@ def _command_agent(agent_command: str) -> PhaseScripts:
         "export SHIPYARD_INSTRUCTION\n"
         f"({agent_command}\n) > {AGENT_LOGS['command']} 2>&1\n"
     )
-    return PhaseScripts(command, prepare)
+    return PhaseScripts(command, prepare, _instruction_ops())
 
 
 def _stage_artifact(artifact: ArtifactConfig) -> str:
@@ -230,6 +312,33 @@ def _pack_artifacts(artifacts: tuple[ArtifactConfig, ...]) -> str:
     return pack
 
 
+def _collect_ops(hooks: tuple[VerifierCollectConfig, ...],
+                 artifacts: tuple[ArtifactConfig, ...]) -> tuple[Op, ...]:
+    return (*_hook_ops(hooks), _pack_op(artifacts))
+
+
+def _pack_op(artifacts: tuple[ArtifactConfig, ...]) -> Op:
+    items = [{"source": a.source, **({"exclude": list(a.exclude)} if a.exclude else {})}
+             for a in artifacts]
+    return _op("pack", dst=ARTIFACTS_TAR, items=items)
+
+
+def _hook_ops(hooks: tuple[VerifierCollectConfig, ...]) -> tuple[Op, ...]:
+    return tuple(_op("hook", command=h.command, timeout=int(h.timeout_sec),
+                     user=None if h.user is None else str(h.user)) for h in hooks)
+
+
+def _verify_ops(intent: VerifyScript) -> tuple[Op, ...]:
+    test = f"/tests/{intent.test_script}"
+    stale = [REWARD_TXT, REWARD_JSON, TEST_STDOUT, "/solution"]
+    first = (*_hook_ops(intent.hooks), *((_pack_op(intent.artifacts),) if intent.artifacts
+                                         else ()))
+    if intent.upload_tests:
+        return (*first, _op("rm", paths=[*stale, "/tests"]),
+                _op("copy", src=f"{PAYLOAD_OP}/tests", dst="/tests"), *_executable_ops(test))
+    return (*first, _op("rm", paths=stale), _op("chmod", mode="+x", paths=[test]))
+
+
 def _verify(intent: VerifyScript) -> PhaseScripts:
     """Stale rewards removed, tests uploaded now (unless bundled in a verifier image), the
     test script run; for a shared verifier the collect hooks run first (best effort), then its
@@ -247,7 +356,7 @@ def _verify(intent: VerifyScript) -> PhaseScripts:
     else:
         prepare += f"\nchmod +x {shlex.quote(test)}\n"
     command = f"(/tests/{shlex.quote(intent.test_script)}) > {TEST_STDOUT} 2>&1\n"
-    return PhaseScripts(command, prepare)
+    return PhaseScripts(command, prepare, _verify_ops(intent))
 
 
 def _collect_hook(hook: VerifierCollectConfig) -> str:

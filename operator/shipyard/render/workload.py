@@ -61,14 +61,15 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
     return total
 
 
-def trial_pods(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None
-               ) -> list[dict[str, Any]]:
-    """Every pod an attempt of the trial creates (names do not matter here)."""
-    pods = [build_trial_pod(trial, plan, Role.ENV, None, "sizing", probe_image)]
+def trial_pods(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None,
+               runner_image: str | None = None) -> list[dict[str, Any]]:
+    """Every pod an attempt of the trial creates (names do not matter here), as the operator
+    creates them (with the Go runner's init container when `runner_image` is set)."""
+    pods = [build_trial_pod(trial, plan, Role.ENV, None, "sizing", probe_image, runner_image)]
     for step in plan.steps:
         if step.verifier_pod is not None:
             pods.append(build_trial_pod(trial, plan, Role.VERIFIER, step.name, "sizing",
-                                        probe_image))
+                                        probe_image, runner_image))
     return pods
 
 
@@ -94,13 +95,16 @@ def pod_set_template(pods: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_workload(trial: dict[str, Any], plan: TrialPlan, name: str, queue: str,
-                   priority: tuple[str, int] | None, probe_image: str | None) -> dict[str, Any]:
-    """`priority`: the WorkloadPriorityClass and its value (Kueue wants both on a Workload)."""
+                   priority: tuple[str, int] | None, probe_image: str | None,
+                   runner_image: str | None = None) -> dict[str, Any]:
+    """`priority`: the WorkloadPriorityClass and its value (Kueue wants both on a Workload).
+    `probe_image`, `runner_image`: the operator's, so the pod set is sized to the pods made."""
     meta = trial["metadata"]
     spec: dict[str, Any] = {
         "queueName": queue,
         "podSets": [{"name": POD_SET, "count": 1,
-                     "template": pod_set_template(trial_pods(trial, plan, probe_image))}],
+                     "template": pod_set_template(trial_pods(trial, plan, probe_image,
+                                                             runner_image))}],
     }
     if priority is not None:
         spec["priorityClassRef"] = {"group": KUEUE_GROUP, "kind": "WorkloadPriorityClass",

@@ -92,7 +92,8 @@ class KueueGate:
                         return False
                     priority = (self.choice.priority_class, value)
                 body = build_workload(d.body, plan, self.name, self.choice.queue, priority,
-                                      probe_image_for(plan, d.settings.probe_image))
+                                      probe_image_for(plan, d.settings.probe_image),
+                                      d.settings.runner_image)
                 workload = await d.call(kube_workloads.create_workload, body)
                 _workloads[(d.namespace, self.name)] = workload
                 state = admission.workload_state(workload)

@@ -197,3 +197,31 @@ def test_sweep_passes_kueue_labels_to_its_trials() -> None:
     assert kueue_labels(sweep) == {"kueue.x-k8s.io/queue-name": "lq",
                                    "kueue.x-k8s.io/priority-class": "low"}
     assert kueue_labels({"metadata": {}}) == {}
+
+
+def test_the_pod_set_counts_the_go_runners_init_container() -> None:
+    """With a runner image every trial pod has the runner's init container (10m CPU, 16 Mi):
+    the pod set asks at least for it (Kubernetes: max(each init container, sum of containers)),
+    so Kueue's quota covers what the scheduler counts."""
+    from shipyard.api.conventions import RUNNER_INIT_CONTAINER
+    from shipyard.render.workload import trial_pods
+
+    def requests(body: dict) -> dict[str, Decimal]:
+        (pod_set,) = body["spec"]["podSets"]
+        return {k: quantity(v) for k, v in
+                pod_set["template"]["spec"]["containers"][0]["resources"]["requests"].items()}
+
+    plan = plan_for(task())  # no cpus or memory declared: the init container dominates
+    without = requests(build_workload(trial_body(), plan, "w", "q", None, None))
+    body = build_workload(trial_body(), plan, "w", "q", None, None, "runner:1")
+    with_runner = requests(body)
+    assert without.get("memory", Decimal(0)) < 16 * 2**20
+    assert with_runner["cpu"] == Decimal("0.01") and with_runner["memory"] == 16 * 2**20
+    (pod,) = trial_pods(trial_body(), plan, None, "runner:1")
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [RUNNER_INIT_CONTAINER]
+    # A pod whose containers ask for more than the init container: their sum counts.
+    big = plan_for(task(GPU_TOML))
+    (pod,) = trial_pods(trial_body(), big, "probe:1", "runner:1")
+    summed = pod_requests({"spec": {"containers": pod["spec"]["containers"]}})
+    assert requests(build_workload(trial_body(), big, "w", "q", None, "probe:1", "runner:1")) \
+        == summed

@@ -48,6 +48,7 @@ class Runner:
     argv: tuple[str, ...]
     env: dict[str, str]
     prefix: tuple[str, ...] = ()  # e.g. nsenter into a pod-like PID namespace
+    cwd: Path | None = None  # the exec's working folder (a pod's: the container's workdir)
 
     def run(self, *args: str, stdin: bytes | None = None, timeout: float = 15,
             grace: int | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -55,7 +56,7 @@ class Runner:
         if grace is not None:
             env["SHIPYARD_LAUNCH_GRACE"] = str(grace)
         proc = subprocess.Popen(
-            [*self.prefix, *self.argv, *args], env=env,
+            [*self.prefix, *self.argv, *args], env=env, cwd=self.cwd,
             start_new_session=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
