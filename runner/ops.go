@@ -386,14 +386,7 @@ func runAs(user string, argv []string, timeout int, environ []string, out *os.Fi
 		defer devnull.Close()
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, out, out
-	attr := &syscall.SysProcAttr{Setsid: true}
-	if acct.switching {
-		attr.Credential = &syscall.Credential{Uid: acct.uid, Gid: acct.gid, Groups: acct.groups}
-		environ = withEnv(environ, "HOME", acct.home)
-		environ = withEnv(environ, "USER", acct.name)
-		environ = withEnv(environ, "LOGNAME", acct.name)
-		environ = withEnv(environ, "SHELL", "/bin/sh")
-	}
+	attr, environ := acct.process(environ)
 	cmd.SysProcAttr, cmd.Env = attr, environ
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(out, "shipyard runner: %s: %v\n", argv[0], err)

@@ -147,6 +147,20 @@ func groupsOf(name string, primary uint32) []uint32 {
 	return groups
 }
 
+// process is how a program runs as the account: a session of its own, the account's
+// credentials (no su, no shell string) and its login variables when switching users.
+func (a account) process(environ []string) (*syscall.SysProcAttr, []string) {
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if a.switching {
+		attr.Credential = &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}
+		environ = withEnv(environ, "HOME", a.home)
+		environ = withEnv(environ, "USER", a.name)
+		environ = withEnv(environ, "LOGNAME", a.name)
+		environ = withEnv(environ, "SHELL", "/bin/sh")
+	}
+	return attr, environ
+}
+
 func withEnv(environ []string, key, val string) []string {
 	out := environ[:0:0]
 	for _, e := range environ {
@@ -234,13 +248,8 @@ func supervise(id string) {
 	}
 	cmd := exec.Command("/bin/sh", p+"/command")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, out, out
-	attr := &syscall.SysProcAttr{Setsid: true}
+	attr, environ := acct.process(environ)
 	if acct.switching {
-		attr.Credential = &syscall.Credential{Uid: acct.uid, Gid: acct.gid, Groups: acct.groups}
-		environ = withEnv(environ, "HOME", acct.home)
-		environ = withEnv(environ, "USER", acct.name)
-		environ = withEnv(environ, "LOGNAME", acct.name)
-		environ = withEnv(environ, "SHELL", "/bin/sh")
 		_ = os.Chmod(p, 0o711)
 	}
 	cmd.SysProcAttr = attr
