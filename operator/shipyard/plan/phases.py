@@ -62,6 +62,7 @@ from shipyard.taskformat import (
     EnvironmentConfig,
     HealthcheckConfig,
     LoadedTask,
+    MissingEnvVar,
     StepSettings,
     TaskFormatError,
     VerifierCollectConfig,
@@ -339,11 +340,8 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             installed = with_mcp_servers(installed, env_config.mcp_servers)
         except AgentConfigError as e:
             raise PlanError(Reason.TRIAL_INVALID, str(e)) from e
-    try:
-        container_env = resolve_env_templates(env_config.env, environ)
-        solution_env = resolve_env_templates(config.solution.env, environ)
-    except ValueError as e:
-        raise PlanError(Reason.TASK_INVALID, str(e)) from e
+    container_env = _resolved(env_config.env, environ, "environment.env")
+    solution_env = _resolved(config.solution.env, environ, "solution.env")
     container_env.update({v.name: v.value for v in spec.environment.env})
     compose = _compose(task, container_env)
     if compose is not None and compose.main is not None:  # the task's env wins, as in Harbor
@@ -374,7 +372,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         except (ValueError, TaskFormatError) as e:
             raise PlanError(Reason.TRIAL_INVALID, f"spec.artifacts: {e}") from e
         i = None if step is None else index
-        verifier_env = _resolved(settings.verifier_env, environ)
+        verifier_env = _resolved(settings.verifier_env, environ, "verifier.env")
         verifier_env.update({v.name: v.value for v in spec.verifier.env})
         agent_user = _user(settings.agent_user)
         if step is not None:
@@ -583,11 +581,17 @@ def _with_id(phase: PhaseSpec) -> PhaseSpec:
     return replace(phase, id=phase.name)
 
 
-def _resolved(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+def _resolved(env: Mapping[str, str], environ: Mapping[str, str], table: str
+              ) -> dict[str, str]:
+    """``${VAR}`` values resolved from the operator's environment, which plays Harbor's host."""
     try:
         return resolve_env_templates(env, environ)
-    except ValueError as e:
-        raise PlanError(Reason.TASK_INVALID, str(e)) from e
+    except MissingEnvVar as e:
+        raise PlanError(
+            Reason.TASK_INVALID,
+            f"task.toml: {table}.{e.key}: {e} (Shipyard resolves ${{{e.name}}} from the "
+            f"operator's environment: set {e.name} there, or give the value a default, "
+            f"${{{e.name}:-...}})") from e
 
 
 def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: StepSettings,
@@ -611,7 +615,7 @@ def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: St
                 "[verifier.environment].docker_image to a prebuilt image",
             )
         image = spec.environment.image or environment.image
-    env = _resolved(verifier.config.env, environ)
+    env = _resolved(verifier.config.env, environ, "verifier.environment.env")
     pod = PodPlan(
         image=image,
         image_pull_policy=environment.image_pull_policy,

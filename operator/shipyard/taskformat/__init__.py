@@ -18,7 +18,7 @@ from shipyard.taskformat.environment import (
     TaskOS,
     TpuSpec,
 )
-from shipyard.taskformat.envtemplates import resolve_env_templates
+from shipyard.taskformat.envtemplates import MissingEnvVar, resolve_env_templates
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.instructions import strip_canary
 from shipyard.taskformat.lint import LintWarning, lint_config, lint_task, unknown_keys
@@ -73,6 +73,7 @@ __all__ = [
     "LintWarning",
     "LoadedTask",
     "MCPServerConfig",
+    "MissingEnvVar",
     "NetworkMode",
     "NetworkPlan",
     "NetworkPolicy",

@@ -14,6 +14,14 @@ from collections.abc import Mapping
 _TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}", re.DOTALL)
 
 
+class MissingEnvVar(ValueError):
+    """Harbor's message; ``key`` is the env table's entry, ``name`` the variable it needs."""
+
+    def __init__(self, key: str, name: str) -> None:
+        super().__init__(f"Environment variable '{name}' not found in host environment")
+        self.key, self.name = key, name
+
+
 def resolve_env_templates(mapping: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """Resolve templated values from ``environ``; a missing variable without default raises."""
     resolved = {}
@@ -28,5 +36,5 @@ def resolve_env_templates(mapping: Mapping[str, str], environ: Mapping[str, str]
         elif default is not None:
             resolved[key] = default
         else:
-            raise ValueError(f"Environment variable '{name}' not found in host environment")
+            raise MissingEnvVar(key, name)
     return resolved

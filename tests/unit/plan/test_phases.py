@@ -333,10 +333,15 @@ def test_env_templates_resolve_from_the_given_environ(value: str, environ: dict[
     ],
     ids=["verifier", "environment", "solution"],
 )
-def test_missing_template_variable_is_task_invalid(toml: str) -> None:
+def test_missing_template_variable_is_task_invalid(toml: str, request: pytest.FixtureRequest
+                                                   ) -> None:
+    """Named by file and field, with Harbor's reason and where Shipyard looks for the value."""
     error = plan_error(toml, environ={"OTHER": "x"})
     assert error.reason == "TaskInvalid"
-    assert "MISSING_VAR" in error.message
+    table = request.node.callspec.id
+    assert error.message.startswith(
+        f"task.toml: {table}.env.K: Environment variable 'MISSING_VAR' not found in host "
+        "environment (Shipyard resolves ${MISSING_VAR} from the operator's environment")
 
 
 def test_trial_env_values_are_taken_literally() -> None:
