@@ -590,8 +590,9 @@ def _resolved(env: Mapping[str, str], environ: Mapping[str, str], table: str
         raise PlanError(
             Reason.TASK_INVALID,
             f"task.toml: {table}.{e.key}: {e} (Shipyard resolves ${{{e.name}}} from the "
-            f"operator's environment: set {e.name} there, or give the value a default, "
-            f"${{{e.name}:-...}})") from e
+            f"operator's environment, for the names SHIPYARD_TASK_ENV_ALLOW lets through: set "
+            f"{e.name} there and allow it, or give the value a default, ${{{e.name}:-...}})"
+        ) from e
 
 
 def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: StepSettings,
