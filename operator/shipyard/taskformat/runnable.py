@@ -13,6 +13,10 @@ condition) rather than found out by a wrong reward or a pod that never starts (p
   addresses, private ranges, `localhost`, cluster or single-label names): the image builder's
   network reaches the outside world only (docs/trust.md), so the build fails; a caveat (a
   platform team may open a private mirror to its builders). Other `ADD <url>` are fine.
+- A test script that installs or downloads at trial time (`pip install`, `uvx`, `curl https://`,
+  `apt-get install`, …) while the verifier phase has no network (`allow_internet = false`,
+  `network_mode = "no-network"`): the fetch fails, in Harbor too, and so do the tests unless what
+  they fetch is already in the image; a caveat naming the line.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.loader import CONFIG_FILE, LoadedTask
+from shipyard.taskformat.netplan import resolve_network_plan
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
 _WINDOWS_IMAGE = re.compile(r"(^|/)(windows|nanoserver|servercore)([/:@-]|$)", re.I)
@@ -73,6 +79,40 @@ def _add_caveats(path: str, text: str) -> list[Verdict]:
                                      "only (not the cluster, its nodes, metadata servers or "
                                      "private ranges), so this build fails", False))
     return found
+
+
+# A trial-time fetch in a test script: package installs and downloads from the network.
+_FETCH = re.compile(
+    r"(?<![\w-])(?:(?:(?:pip3?|python3?\s+-m\s+pip|uv\s+pip)\s+install(?![^\n]*--no-index)"
+    r"|uv\s+(?:add|sync|tool\s+install)|uvx|apt(?:-get)?\s+(?:-\S+\s+)*install"
+    r"|npm\s+(?:install|i|ci)|git\s+clone)(?![\w-])"
+    r"|(?:curl|wget)\s[^\n]*\b(?:https?|ftp)://)")
+
+
+def _offline_fetches(task: LoadedTask) -> list[Verdict]:
+    steps: list[str | None] = list(task.step_names()) if task.is_multi_step else [None]
+    found: dict[str, Verdict] = {}
+    for step in steps:
+        try:
+            mode = resolve_network_plan(task.config, step).verifier_phase.mode
+        except TaskFormatError:
+            continue
+        if mode != "no-network":
+            continue
+        dirs = ["tests/"] + ([f"steps/{step}/tests/"] if step else [])
+        for path, content in sorted(task.files.items()):
+            if not path.endswith(".sh") or not any(path.startswith(d) for d in dirs):
+                continue
+            for number, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1):
+                match = _FETCH.search(line)
+                if match is None or line.lstrip().startswith("#") or path in found:
+                    continue
+                found[path] = Verdict(
+                    path, f"line {number}", f"{line.strip()[:120]!r} fetches from the network, "
+                    "but the verifier runs with no network (allow_internet = false or "
+                    "network_mode = 'no-network', as in Harbor): the fetch fails, and so do the "
+                    "tests unless what they fetch is already in the image", False)
+    return list(found.values())
 
 
 @dataclass(frozen=True)
@@ -134,6 +174,7 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
         else:
             found.append(Verdict(CONFIG_FILE, "environment.type", f"{kind!r} environments "
                                  "(nodes, hosts, VMs) are not provided by this operator", True))
+    found += _offline_fetches(task)
     image = env.docker_image or ""
     if image and not pull_secrets and any(r.match(image) for r in _PRIVATE_REGISTRIES):
         found.append(Verdict(CONFIG_FILE, "environment.docker_image", f"{image} is on a "

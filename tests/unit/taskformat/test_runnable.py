@@ -71,3 +71,23 @@ def test_add_of_a_host_off_the_internet_is_a_caveat_and_other_urls_are_fine():
         assert f"{url}: " in text, url
     assert "pypi.org" not in text and "github.com" not in text and "curl" not in text
     assert "reaches the outside world only" in found[0].message
+
+
+FETCHING_TESTS = ("#!/bin/bash\n# pip install in a comment is fine\n"
+                  "pip install pytest==8.4.1 || true\ncurl -LsSf https://astral.sh/uv/install.sh"
+                  " | sh\npytest /tests\n")
+
+
+def test_a_test_script_that_fetches_without_a_network_is_a_caveat_naming_its_line():
+    offline = task(HELLO_TOML.replace("[environment]\n", "[environment]\nallow_internet = false\n"),
+                   extra={"tests/test.sh": FETCHING_TESTS})
+    [v] = verdicts(offline)
+    assert not v.refused and (v.file, v.field) == ("tests/test.sh", "line 3")
+    assert "'pip install pytest==8.4.1 || true' fetches from the network" in v.message
+    # A verifier with a network, a fetch of what is local, or an offline install: nothing to say.
+    assert verdicts(task(extra={"tests/test.sh": FETCHING_TESTS})) == []
+    local = ("pip install --no-index --find-links /wheels x\ncurl -s localhost:8080/health\n"
+             "pytest /tests\n")
+    assert verdicts(task(HELLO_TOML.replace("[environment]\n",
+                                            '[environment]\nnetwork_mode = "no-network"\n'),
+                         extra={"tests/test.sh": local})) == []
