@@ -32,6 +32,7 @@ _STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ?(.*)$")
 _STEP_NAME = re.compile(r"^#(\d+) (\[.*)$")
 _EXIT_CODE = re.compile(r"exit code: \d+")
 _REFUSED = "connect: no route to host"
+_CACHE_MISS = "failed to configure registry cache importer"
 BUILD_NETWORK_HINT = (
     "(no route to host: refused by the build network? A build's RUN steps and ADD <url> reach "
     "the outside world only, never the cluster, its nodes, link-local or metadata addresses "
@@ -106,7 +107,10 @@ def failing_step(text: str) -> str:
     failed = [(m.group(1), m.group(2)) for m in map(_STEP_ERROR.match, lines) if m]
     if not failed:
         return ""
-    step, error = failed[-1]
+    # A cache miss (no build cache in the registry yet) is printed as an ERROR too, and may come
+    # after the step that really failed: it is never the failure when another step failed.
+    real = [f for f in failed if not f[1].startswith(_CACHE_MISS)]
+    step, error = (real or failed)[-1]
     name = next((m.group(2) for m in map(_STEP_NAME.match, lines) if m and m.group(1) == step),
                 f"step #{step}")
     output = [m.group(2) for m in map(_STEP_OUTPUT.match, lines) if m and m.group(1) == step]

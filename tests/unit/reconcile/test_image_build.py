@@ -164,3 +164,18 @@ def test_a_connection_refused_by_the_build_network_is_said_so():
                    JobObservation("failed", "BackoffLimitExceeded", "#5 ERROR: exit code: 1\n"),
                    None, "t2")
     assert BUILD_NETWORK_HINT not in other.message
+
+
+def test_a_build_cache_miss_printed_after_the_failed_step_is_not_the_failure():
+    """buildctl prints a missing registry cache as an ERROR of its own, which under load can
+    come after the step that failed (seen in CI: the ADD refused by the build network)."""
+    log = ("#5 [3/3] ADD http://127.0.0.1:10250/pods /fetched\n"
+           '#5 ERROR: Get "http://127.0.0.1:10250/pods": dial tcp 127.0.0.1:10250: connect: '
+           "no route to host\n"
+           "#6 importing cache manifest from 127.0.0.1:5055/t/add:buildcache\n"
+           "#6 ERROR: failed to configure registry cache importer: 127.0.0.1:5055/t/add:"
+           "buildcache: not found\n")
+    assert failing_step(log).startswith(
+        "step [3/3] ADD http://127.0.0.1:10250/pods /fetched failed (Get ")
+    only_miss = "#6 ERROR: failed to configure registry cache importer: x: not found\n"
+    assert "cache importer" in failing_step(only_miss)
