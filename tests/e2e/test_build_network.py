@@ -111,6 +111,11 @@ def probe_task(nonce: str, targets: list[str], extra: str = "") -> dict[str, str
         f"RUN echo {nonce} && pip install --no-cache-dir -q six "
         "&& python3 -c 'import six; print(\"pypi-ok\")'\n"
         "RUN apt-get update -qq && echo debian-archive-ok\n" + extra)
+    return build_task(dockerfile)
+
+
+def build_task(dockerfile: str) -> dict[str, str]:
+    """A trivial task whose image build runs the probe (`environment/probe.py`)."""
     return {
         "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
                      'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n',

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT
-from tests.e2e.test_build_network import PROBE, host_addresses
+from tests.e2e.test_build_network import build_task, host_addresses
 from tests.e2e.test_install import _create_namespace, _helm, _json, _operator_image, _run
 
 RELEASE = "shipyard"
@@ -44,7 +44,8 @@ pytestmark = pytest.mark.usefixtures("local_only")
 @pytest.fixture(scope="module")
 def local_only(cluster) -> None:
     if not cluster.local:
-        pytest.skip("builds its buildkitd and registry images for the local cluster")
+        pytest.skip("the chart's buildkitd and registry images are built here and imported "
+                    "into the local cluster's node; another cluster has no such import")
 
 
 @dataclass
@@ -256,15 +257,7 @@ def test_the_charts_operator_builds_a_task_through_it_and_run_steps_stay_off_the
     dockerfile = ("FROM debian:bookworm\nCOPY probe.py /probe.py\n"
                   f"RUN echo {nonce} && python3 /probe.py chart {' '.join(targets)}\n"
                   f"RUN echo {nonce} > /built.txt\n")
-    files = {
-        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                     'timeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n',
-        "instruction.md": "Nothing.\n",
-        "environment/Dockerfile": dockerfile,
-        "environment/probe.py": PROBE,
-        "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
-        "solution/solve.sh": "#!/bin/bash\ntrue\n",
-    }
+    files = build_task(dockerfile)
     _apply(cluster, install.watched_ns, {
         "apiVersion": "shipyard.dev/v1alpha1", "kind": "Task", "metadata": {"name": "charted"},
         "spec": {"source": {"inline": {"files": files}}}})
