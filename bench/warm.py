@@ -49,12 +49,14 @@ from concurrent_trials import (  # noqa: E402
     task_files,
     wait_ready,
 )
+from cpuacct import format_spent, snapshot, spent  # noqa: E402
 
 IMAGE = "localhost/shipyard/debian:bookworm"
 
 
-def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float) -> float:
-    """Seconds for N bare pods, P at once."""
+def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float
+          ) -> tuple[float, dict[str, float]]:
+    """Seconds for N bare pods, P at once; the CPU they took (`cpuacct`)."""
     namespace = namespace_name("wfl")
     make_namespace(core, namespace)
     done: dict[str, tuple[float, bool]] = {}
@@ -72,7 +74,7 @@ def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float) -> f
     try:
         finished = follow_until(core.list_namespaced_pod, (namespace,), n, timeout, done_of, done)
         time.sleep(0.5)
-        began = time.monotonic()
+        began, cpu = time.monotonic(), snapshot()
         for i in range(n):
             slots.acquire()
             core.create_namespaced_pod(namespace, {
@@ -83,7 +85,7 @@ def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float) -> f
                                          "imagePullPolicy": "IfNotPresent",
                                          "command": ["/bin/sh", "-c", FLOOR_WORK]}]}})
         finished.wait(timeout)
-        return max(t for t, _ in done.values()) - began
+        return max(t for t, _ in done.values()) - began, spent(cpu, snapshot())
     finally:
         core.delete_namespace(namespace)
 
@@ -127,10 +129,11 @@ class Operated:
 
 
 def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
-          timeout: float, ahead: int | None = None) -> tuple[float, int, int]:
+          timeout: float, ahead: int | None = None
+          ) -> tuple[float, int, int, dict[str, float]]:
     """Seconds from the Sweep's creation to its last trial's end; trials rewarded 1; trials
-    that ran in a warm pod. `ahead`: warm pods per slot (SHIPYARD_SWEEP_WARM_AHEAD; None:
-    the operator's default)."""
+    that ran in a warm pod; the CPU they took (`cpuacct`). `ahead`: warm pods per slot
+    (SHIPYARD_SWEEP_WARM_AHEAD; None: the operator's default)."""
     env = {"SHIPYARD_SWEEP_WARM_PODS": "100" if warm else "0"}
     if warm and ahead is not None:
         env["SHIPYARD_SWEEP_WARM_AHEAD"] = str(ahead)
@@ -148,13 +151,14 @@ def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
                                 (GROUP, VERSION, run.namespace, "trials"), n, timeout,
                                 done_of, done)
         time.sleep(0.5)
-        began = time.monotonic()
+        began, cpu = time.monotonic(), snapshot(run.operator.pid)
         run.create("sweeps", "bench", {"tasks": {"names": ["trivial"]},
                                        "agents": [{"name": "oracle"}], "attempts": n,
                                        "parallelism": parallelism})
         finished.wait(timeout)
         wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
-        return wall, sum(1 for _, ok in done.values() if ok), run.claims()
+        cpu = spent(cpu, snapshot(run.operator.pid))
+        return wall, sum(1 for _, ok in done.values() if ok), run.claims(), cpu
     finally:
         run.close()
 
@@ -209,28 +213,28 @@ def main() -> int:
     print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores", flush=True)
     if "floor" in arms:
         settle(core)
-        out["floor"] = floor(core, args.n, args.parallelism, args.timeout)
+        out["floor"], cpu = floor(core, args.n, args.parallelism, args.timeout)
         print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s "
-              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+              f"(load {os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)
     floors = 0
     for name in args.arms.split(","):  # in the order given (repeat arms to see the noise)
         name = name.strip()
         floors += name == "floor"
         if name == "floor" and floors > 1:
             settle(core)
-            again = floor(core, args.n, args.parallelism, args.timeout)
-            print(f"floor again: {again:.1f} s")
+            again, cpu = floor(core, args.n, args.parallelism, args.timeout)
+            print(f"floor again: {again:.1f} s\n  {format_spent(cpu, args.n)}")
         if name != "cold" and not name.startswith("warm"):
             continue
         settle(core)
         ahead = int(name[4:]) if name[4:].isdigit() else None  # warmK: K pods per slot
-        wall, ok, warmed = sweep(kubeconfig, core, custom, args.n, args.parallelism,
+        wall, ok, warmed, cpu = sweep(kubeconfig, core, custom, args.n, args.parallelism,
                                  name != "cold", args.timeout, ahead)
         ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
         what = "off" if name == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
         print(f"sweep, warm pods {what}: {wall:.1f} s{ratio} "
               f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod; load "
-              f"{os.getloadavg()[0]:.1f})", flush=True)
+              f"{os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)
     if "apply" in arms:
         for warm in (True, False):
             settle(core)
