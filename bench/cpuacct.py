@@ -1,7 +1,9 @@
 """Where the node's CPU went during an arm of a bench: CPU seconds by component, read from
 /proc (the cluster's daemons by name, the operator by pid) and from the `kubepods` cgroup (the
-pods' own processes, including what runs in them by exec). `other` is the rest of the node's
-busy time: the containerd shims, `runc` and everything else running at the time.
+pods' own processes, including what runs in them by exec). A process's count includes the
+children it reaped (runc under its containerd shim, kube-router's iptables), but a shim that
+ends with its pod is counted when init reaps it (`reaped`); `other` is the rest of the node's
+busy time.
 
     before = snapshot(operator_pid)
     ...
@@ -13,8 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DAEMONS = ("kube-apiserver", "etcd", "kubelet", "containerd", "kube-scheduler",
-           "kube-controller", "kube-proxy", "kube-router", "buildkitd", "registry")
+DAEMONS = ("kube-apiserver", "etcd", "kubelet", "containerd-shim", "containerd",
+           "kube-scheduler", "kube-controller", "kube-proxy", "kube-router", "buildkitd",
+           "registry")
 PODS_CGROUPS = ("/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage",
                 "/sys/fs/cgroup/kubepods.slice/cpu.stat", "/sys/fs/cgroup/kubepods/cpu.stat")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -27,7 +30,9 @@ def _proc_seconds(pid: int) -> tuple[str, float] | None:
         return None
     comm = raw[raw.index("(") + 1:raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2:].split()
-    return comm, (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+    # utime + stime, and the children's it reaped (a daemon's helpers: kube-router's
+    # iptables-restore, the kubelet's mounts, runc under a containerd shim)
+    return comm, sum(int(v) for v in fields[11:15]) / TICK
 
 
 def _pods_seconds() -> float:
@@ -52,8 +57,10 @@ def _busy_seconds() -> float:
 
 def snapshot(*pids: int) -> dict[str, float]:
     """CPU seconds so far: per daemon (summed over processes of that name), `operator` (the
-    given pids and their children reaped), `pods`, and `busy` (the whole node)."""
+    given pids and their children reaped), `python` (other Python programs: this bench, other
+    tests on the node), `pods`, and `busy` (the whole node)."""
     out: dict[str, float] = {d: 0.0 for d in DAEMONS}
+    out["python"] = 0.0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -61,10 +68,18 @@ def snapshot(*pids: int) -> dict[str, float]:
         if got is None:
             continue
         comm, seconds = got
+        if comm.startswith("python") and int(entry.name) not in pids:
+            out["python"] = out.get("python", 0.0) + seconds  # other programs: benches, tests
+            continue
         for daemon in DAEMONS:
-            if comm.startswith(daemon[:15]) and not comm.startswith("containerd-shim"):
+            if comm.startswith(daemon[:15]):
                 out[daemon] += seconds
                 break
+    try:  # orphans reaped by init: mostly the shims of pods gone since (and their runc)
+        init = Path("/proc/1/stat").read_text()
+        out["reaped"] = sum(int(v) for v in init[init.rindex(")") + 2:].split()[13:15]) / TICK
+    except OSError:
+        out["reaped"] = 0.0
     out["operator"] = sum(s for p in pids if (g := _proc_seconds(p)) for s in [g[1]])
     out["pods"] = _pods_seconds()
     out["busy"] = _busy_seconds()
