@@ -15,10 +15,17 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # The static in-pod runner (runner/), carried at /runner: trial pods copy it from this image
 # with an init container (`/runner install`, chart value trials.runnerImage, empty = this image).
+# Its loader (runner/loader), with which trial pods get the runner from ConfigMaps instead
+# (SHIPYARD_RUNNER_FILES=/opt/shipyard/runner: no init container), is built without libc.
 FROM golang:1.22 AS runner
 WORKDIR /src
 COPY runner/go.mod runner/*.go ./
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /runner .
+COPY runner/loader ./loader
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /runner . \
+ && mkdir -p /opt/shipyard/runner && cp /runner /opt/shipyard/runner/runner \
+ && cc -static -nostdlib -Os -ffreestanding -fno-stack-protector \
+       -fno-asynchronous-unwind-tables -Wall -Werror -Wl,--build-id=none -s \
+       -o /opt/shipyard/runner/loader loader/loader.c
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="shipyard-operator" \
@@ -30,6 +37,7 @@ ENV PYTHONUNBUFFERED=1 \
 COPY hack/operator-image/constraints.txt /tmp/constraints.txt
 COPY --from=wheel /wheels /tmp/wheels
 COPY --from=runner /runner /runner
+COPY --from=runner /opt/shipyard/runner /opt/shipyard/runner
 RUN pip install --no-cache-dir --only-binary=:all: --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels /tmp/constraints.txt \
  && groupadd --gid 10001 shipyard \

@@ -9,7 +9,8 @@
   (SHIPYARD_SWEEP_WARM_PODS=0), timed from the Sweep's creation to its last trial's end;
 - warm: the same Sweep with warm pods (the pods it warms are created after the Sweep: they
   count); `warmK` with K warm pods per slot (SHIPYARD_SWEEP_WARM_AHEAD=K), else the
-  operator's default;
+  operator's default; a `-init` suffix (`cold-init`, `warm-init`): the runner copied into each
+  pod by an init container (SHIPYARD_RUNNER_FILES=none) instead of mounted from ConfigMaps;
 - apply: `kubectl apply` of one Trial → its reward, p50 over `--runs`, with a WarmPool of one
   pod (each run waits for the pool to be ready again), and without (the cold figure beside it).
 
@@ -129,12 +130,15 @@ class Operated:
 
 
 def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
-          timeout: float, ahead: int | None = None
+          timeout: float, ahead: int | None = None, init: bool = False
           ) -> tuple[float, int, int, dict[str, float]]:
     """Seconds from the Sweep's creation to its last trial's end; trials rewarded 1; trials
     that ran in a warm pod; the CPU they took (`cpuacct`). `ahead`: warm pods per slot
-    (SHIPYARD_SWEEP_WARM_AHEAD; None: the operator's default)."""
+    (SHIPYARD_SWEEP_WARM_AHEAD; None: the operator's default); `init`: the runner copied by
+    an init container (SHIPYARD_RUNNER_FILES=none) rather than mounted from ConfigMaps."""
     env = {"SHIPYARD_SWEEP_WARM_PODS": "100" if warm else "0"}
+    if init:
+        env["SHIPYARD_RUNNER_FILES"] = "none"
     if warm and ahead is not None:
         env["SHIPYARD_SWEEP_WARM_AHEAD"] = str(ahead)
     run = Operated(kubeconfig, core, custom, "wsw" if warm else "csw", env)
@@ -224,14 +228,16 @@ def main() -> int:
             settle(core)
             again, cpu = floor(core, args.n, args.parallelism, args.timeout)
             print(f"floor again: {again:.1f} s\n  {format_spent(cpu, args.n)}")
-        if name != "cold" and not name.startswith("warm"):
+        base, init = name.removesuffix("-init"), name.endswith("-init")
+        if base != "cold" and not base.startswith("warm"):
             continue
         settle(core)
-        ahead = int(name[4:]) if name[4:].isdigit() else None  # warmK: K pods per slot
+        ahead = int(base[4:]) if base[4:].isdigit() else None  # warmK: K pods per slot
         wall, ok, warmed, cpu = sweep(kubeconfig, core, custom, args.n, args.parallelism,
-                                 name != "cold", args.timeout, ahead)
+                                      base != "cold", args.timeout, ahead, init)
         ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
-        what = "off" if name == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
+        what = "off" if base == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
+        what += ", runner by init container" if init else ""
         print(f"sweep, warm pods {what}: {wall:.1f} s{ratio} "
               f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod; load "
               f"{os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)

@@ -12,6 +12,7 @@ import subprocess
 from buildnet import BUILD_CIDR
 from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, client_tls_dir
 from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
+from runner_image import files_dir
 from runner_image import reference as runner_reference
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
@@ -28,6 +29,8 @@ DEFAULTS = {
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
     # The static Go runner of this checkout (runner_image.py), imported by `up`.
     "SHIPYARD_RUNNER_IMAGE": runner_reference(),
+    # The same runner and its loader, which trial pods get in ConfigMaps (built by `up`).
+    "SHIPYARD_RUNNER_FILES": str(files_dir(Layout.default())),
     # What `public` trial pods must not reach beyond what the cluster's API tells (the node's
     # address and the Service CIDR): the pod CIDR (no node podCIDR here) and the build
     # network, whose gateway is one more host address the apiserver answers on.

@@ -146,6 +146,7 @@ def build(layout: Layout) -> tuple[str, Path]:
             debian.build_rootfs(layout, Path(scratch))
     began = time.monotonic()
     runner = runner_image.build_binary(layout)
+    runner_files = runner_image.build_files(layout)
 
     def fill(rootfs: Path) -> None:
         subprocess.run(["cp", "-a", f"{cached_rootfs}/.", str(rootfs)], check=True)
@@ -154,6 +155,11 @@ def build(layout: Layout) -> tuple[str, Path]:
         carried = rootfs / runner_image.BINARY_IN_IMAGE.lstrip("/")
         shutil.copy2(runner, carried)
         carried.chmod(0o755)
+        # The runner and its loader, which trial pods get in ConfigMaps (SHIPYARD_RUNNER_FILES).
+        files = rootfs / runner_image.FILES_IN_IMAGE.lstrip("/")
+        files.mkdir(parents=True)
+        for name in ("runner", "loader"):
+            shutil.copy2(runner_files / name, files / name)
 
     config = [
         f"--config.user={UID}:{GID}",

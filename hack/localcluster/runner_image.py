@@ -5,12 +5,17 @@ local cluster's containerd. Trial pods copy it into a read-only volume with an i
 (`runner install`), so the runner never uses a program of the task's image.
 
     runner_image.py binary    build (or reuse) the binary; print its path
+    runner_image.py files     build (or reuse) the folder of the runner and its loader (the
+                              operator's SHIPYARD_RUNNER_FILES); print its path
     runner_image.py import    build if needed and import into the local cluster; print the ref
     runner_image.py ref       print the reference the current sources get (no build)
 
 The tag is `localhost/shipyard/runner:<content hash>` (the Go sources, go.mod and this script),
 so a changed runner gets a new tag and a running pod keeps the one it started with. Binaries and
 archives are cached under ~/.cache/shipyard/runner and ~/.cache/shipyard/images.
+
+The runner's loader (runner/loader/loader.c: what a pod runs when the runner comes in
+ConfigMaps, `render.runner_parts`) is built with the host's C compiler, static, without libc.
 """
 
 from __future__ import annotations
@@ -30,10 +35,16 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "runner"
 REPOSITORY = "localhost/shipyard/runner"
 BINARY_IN_IMAGE = "/runner"
+FILES_IN_IMAGE = "/opt/shipyard/runner"
+"""Where the operator's image carries the runner and its loader (SHIPYARD_RUNNER_FILES)."""
+
+
+LOADER_SOURCE = SOURCE / "loader" / "loader.c"
 
 
 def source_files() -> list[Path]:
-    return sorted(p for p in SOURCE.iterdir() if p.suffix == ".go" or p.name == "go.mod")
+    return sorted([*(p for p in SOURCE.iterdir() if p.suffix == ".go" or p.name == "go.mod"),
+                   LOADER_SOURCE])
 
 
 def content_hash() -> str:
@@ -78,6 +89,38 @@ def build_binary(layout: Layout) -> Path:
     return out
 
 
+def files_dir(layout: Layout) -> Path:
+    """The folder of the runner and its loader for these sources (`build_files`)."""
+    return layout.cache / "runner" / f"files-{content_hash()}"
+
+
+def build_files(layout: Layout) -> Path:
+    """The runner and its loader in one folder (built once per content hash)."""
+    out = files_dir(layout)
+    if (out / "loader").exists():
+        return out
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("building the runner's loader needs a C compiler (cc) on PATH")
+    partial = out.with_suffix(".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    shutil.copy2(build_binary(layout), partial / "runner")
+    result = subprocess.run(
+        [cc, "-static", "-nostdlib", "-Os", "-ffreestanding", "-fno-stack-protector",
+         "-fno-asynchronous-unwind-tables", "-Wall", "-Werror", "-Wl,--build-id=none", "-s",
+         "-o", str(partial / "loader"), str(LOADER_SOURCE)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the runner's loader failed:\n{result.stderr[-3000:]}")
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    for old in out.parent.glob("files-*"):
+        with contextlib.suppress(OSError):
+            if old != out and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old)
+    return out
+
+
 def build(layout: Layout) -> tuple[str, Path]:
     """The runner image as a docker-archive in the cache: the binary alone at /runner."""
     from images import write_archive
@@ -106,6 +149,7 @@ def import_image(layout: Layout) -> str:
     from images import _runner, imported_tags
 
     ref = reference()
+    build_files(layout)
     if ref not in imported_tags(layout):
         _, archive = build(layout)
         _runner()("ctr", "-a", str(layout.containerd_sock), "-n", "k8s.io", "images", "import",
@@ -118,6 +162,8 @@ def main() -> int:
     match sys.argv[1:]:
         case ["binary"]:
             print(build_binary(layout))
+        case ["files"]:
+            print(build_files(layout))
         case ["import"]:
             print(import_image(layout))
         case ["ref"]:

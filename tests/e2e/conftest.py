@@ -173,23 +173,28 @@ LOCAL_BUILD_ENV = {
 }
 
 
-def local_runner_image() -> str:
-    """The static Go runner's image of this checkout (imported by `localcluster up`)."""
+def local_runner() -> tuple[str, str]:
+    """The static Go runner's image of this checkout (imported by `localcluster up`) and the
+    folder of the runner and its loader (built by `up`: trial pods get them in ConfigMaps)."""
     hack = str(ROOT / "hack" / "localcluster")
     sys.path.insert(0, hack)
     try:
         import runner_image
+        from layout import Layout
     finally:
         sys.path.remove(hack)
-    return runner_image.reference()
+    return runner_image.reference(), str(runner_image.files_dir(Layout.default()))
 
 
 def build_env(local: bool) -> dict[str, str]:
     """The local cluster's settings (each overridable from the environment): its builder,
-    probe image and Go runner image (SHIPYARD_RUNNER=sh runs the tests with runner.sh)."""
+    probe image and Go runner (SHIPYARD_RUNNER=sh runs the tests with runner.sh;
+    SHIPYARD_RUNNER_FILES=none with the runner's init container)."""
     if not local:
         return {}
-    defaults = {**LOCAL_BUILD_ENV, "SHIPYARD_RUNNER_IMAGE": local_runner_image()}
+    image, files = local_runner()
+    defaults = {**LOCAL_BUILD_ENV, "SHIPYARD_RUNNER_IMAGE": image,
+                "SHIPYARD_RUNNER_FILES": files}
     return {k: os.environ.get(k, v) for k, v in defaults.items()}
 
 

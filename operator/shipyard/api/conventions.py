@@ -250,6 +250,12 @@ def runner_configmap_name(script: str) -> str:
     return f"shipyard-runner-{_digest(script, 10)}"
 
 
+def runner_part_name(digest: str, index: int) -> str:
+    """One of the ConfigMaps carrying the static Go runner (`render.runner_parts`), named by
+    the runner's and its loader's content."""
+    return f"shipyard-runner-go-{digest[:12]}-{index}"
+
+
 def warm_pool_name(sweep_name: str, task_name: str) -> str:
     """The WarmPool a Sweep keeps for one of its tasks."""
     return dns_name(sweep_name, f"warm-{_digest(task_name, 8)}")

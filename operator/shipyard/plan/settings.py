@@ -15,6 +15,7 @@ from the environment variables the Helm chart sets (charts/shipyard/README.md):
 | SHIPYARD_THREADS | `threads` |
 | SHIPYARD_PROBE_IMAGE | `probe_image` |
 | SHIPYARD_RUNNER_IMAGE, SHIPYARD_RUNNER | `runner_image` |
+| SHIPYARD_RUNNER_FILES | `runner_files` |
 | SHIPYARD_BUILD_BACKEND, SHIPYARD_BUILD_REGISTRY, … (`plan.images`) | `images` |
 | SHIPYARD_SWEEP_STATUS_INTERVAL_SEC | `sweep_status_interval_sec` |
 | SHIPYARD_SWEEP_WARM_PODS, SHIPYARD_SWEEP_WARM_AHEAD | `sweep_warm_pods`, `sweep_warm_ahead` |
@@ -45,6 +46,7 @@ THREADS_ENV = "SHIPYARD_THREADS"
 PROBE_IMAGE_ENV = "SHIPYARD_PROBE_IMAGE"
 RUNNER_IMAGE_ENV = "SHIPYARD_RUNNER_IMAGE"
 RUNNER_ENV = "SHIPYARD_RUNNER"
+RUNNER_FILES_ENV = "SHIPYARD_RUNNER_FILES"
 """`go` (the default when a runner image is set) or `sh`: the runner trial pods get
 (docs/runner-protocol.md)."""
 RUNNERS = ("go", "sh")
@@ -129,6 +131,14 @@ def _count(environ: Mapping[str, str], name: str, default: int) -> int:
 def _probe_image(environ: Mapping[str, str]) -> str | None:
     raw = environ.get(PROBE_IMAGE_ENV, "").strip()
     return None if raw.lower() in ("", "none") else raw
+
+
+def _runner_files(environ: Mapping[str, str]) -> str | None:
+    """The Go runner's files, unless SHIPYARD_RUNNER=sh asks for runner.sh."""
+    raw = environ.get(RUNNER_FILES_ENV, "").strip()
+    if environ.get(RUNNER_ENV, "").strip().lower() == "sh" or raw.lower() in ("", "none"):
+        return None
+    return raw
 
 
 def _runner_image(environ: Mapping[str, str]) -> str | None:
@@ -230,6 +240,10 @@ class OperatorSettings:
     """The image holding the static Go runner (`/runner`), copied into every trial pod by an
     init container (`render.pod.runner_init_container`); None: the pods run runner.sh from a
     ConfigMap on the task image's own shell."""
+    runner_files: str | None = None
+    """A folder with the static Go runner (`runner`) and its loader (`loader`, runner/loader):
+    trial pods then mount the runner from ConfigMaps (`render.runner_parts`) instead of
+    copying it from `runner_image` with an init container. None with SHIPYARD_RUNNER=sh."""
     images: ImageSettings = field(default_factory=ImageSettings)
     images_error: str | None = None
     """The build settings could not be read: Tasks that need a build say so (NoImageBuilder)
@@ -283,6 +297,7 @@ class OperatorSettings:
             threads=_positive_int(environ, THREADS_ENV) or THREADS,
             probe_image=_probe_image(environ),
             runner_image=runner_image,
+            runner_files=_runner_files(environ),
             sweep_status_interval_sec=_seconds(environ, SWEEP_STATUS_INTERVAL_ENV,
                                                SWEEP_STATUS_INTERVAL_SEC),
             sweep_warm_pods=_count(environ, SWEEP_WARM_PODS_ENV, SWEEP_WARM_PODS),

@@ -30,6 +30,7 @@ from shipyard.plan.agents import AGENTS_ROOT, BUNDLE_SOURCE
 from shipyard.plan.phases import PodPlan, TrialPlan
 from shipyard.render.accelerators import apply_scheduling
 from shipyard.render.compose import apply_compose
+from shipyard.render.runner_parts import RunnerConfigMaps, runner_parts_volume
 
 SECRETS_MOUNT = "/run/shipyard-secrets"
 """Where the agent's Secrets are mounted, in the `secrets` container only."""
@@ -222,10 +223,17 @@ def runner_init_container(image: str) -> dict[str, Any]:
     }
 
 
-def runner_volume(runner_image: str | None) -> dict[str, Any]:
-    """The pod's `runner` volume: an emptyDir the init container fills (the Go runner), else
-    the runner.sh ConfigMap."""
-    if runner_image is not None:
+Runner = str | RunnerConfigMaps | None
+"""How the runner reaches a pod: the static Go runner's image (copied by an init container),
+its ConfigMaps (`render.runner_parts`, mounted), or None: runner.sh from its ConfigMap."""
+
+
+def runner_volume(runner: Runner) -> dict[str, Any]:
+    """The pod's `runner` volume: the Go runner's ConfigMaps, an emptyDir the init container
+    fills with the Go runner, else the runner.sh ConfigMap."""
+    if isinstance(runner, RunnerConfigMaps):
+        return runner_parts_volume(runner)
+    if runner is not None:
         return {"name": "runner", "emptyDir": {"sizeLimit": "32Mi"}}
     return {"name": "runner",
             "configMap": {"name": runner_configmap_name(), "defaultMode": 0o755}}
@@ -233,24 +241,24 @@ def runner_volume(runner_image: str | None) -> dict[str, Any]:
 
 def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: str | None,
                     name: str, probe_image: str | None = None,
-                    runner_image: str | None = None) -> dict[str, Any]:
+                    runner: Runner = None) -> dict[str, Any]:
     """The pod as the operator creates it: the environment pod (`role` ``env``) or a step's
     separate verifier pod, under its network policy baseline, with its scheduling
     (accelerators and the Trial's and operator's pod settings). With `probe_image` (the
     operator's `probe_image`) the `probe` container's readiness (an HTTP probe) says a phase
     runs; without, the pod has no readiness probe (a phase's end is waited for by an exec).
-    With `runner_image` (the operator's `runner_image`) the pod runs the static Go runner,
+    With `runner` (`Runner`, from the operator's settings) the pod runs the static Go runner,
     else runner.sh."""
     if role == Role.ENV:
         pod_plan = plan.environment
         pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image,
-                        runner_image)
+                        runner)
     else:
         verifier = plan.step(step).verifier_pod
         assert verifier is not None
         pod_plan = verifier
         pod = _base_pod(trial, pod_plan, Role.VERIFIER, name, probe_image=probe_image,
-                        runner_image=runner_image)
+                        runner=runner)
     if plan.network is not None:
         pod["metadata"]["labels"][LABEL_NETWORK] = plan.network.baseline(role, step)
     return apply_scheduling(pod, pod_plan.accelerators, plan.pod_overrides)
@@ -258,7 +266,7 @@ def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: st
 
 def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
               secret_names: tuple[str, ...] = (), probe_image: str | None = None,
-              runner_image: str | None = None) -> dict[str, Any]:
+              runner: Runner = None) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
     a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted (`build_trial_pod` for the
     readiness probe). Secrets are mounted only into the
@@ -269,7 +277,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     meta = trial["metadata"]
     volumes: list[dict[str, Any]] = [
         {"name": "shipyard", "emptyDir": {}},
-        runner_volume(runner_image),
+        runner_volume(runner),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "shipyard", "mountPath": "/shipyard"},
@@ -288,7 +296,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     if plan.workdir:
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}
-    init = [runner_init_container(runner_image)] if runner_image is not None else []
+    init = [runner_init_container(runner)] if isinstance(runner, str) else []
     init += [agent_bundle_container(n, image) for n, image in plan.agent_bundles]
     if init:
         spec_extra["initContainers"] = init

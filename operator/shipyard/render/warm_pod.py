@@ -24,17 +24,17 @@ from shipyard.api.conventions import (
     warm_pod_prefix,
 )
 from shipyard.plan.phases import TrialPlan
-from shipyard.render.pod import build_trial_pod, owner_reference, trial_labels
+from shipyard.render.pod import Runner, build_trial_pod, owner_reference, trial_labels
 
 
 def warm_spec(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None,
-              runner_image: str | None = None) -> dict[str, Any]:
+              runner: Runner = None) -> dict[str, Any]:
     """The environment pod's spec as a warm pod has it: without the agent's Secret volumes
     (delivered at the claim, `kube.warm_pods.deliver_secrets`). The `secrets` container stays
     where the trial has Secrets (a pod without is one container start cheaper): trials with
     and without Secrets have different keys."""
     spec = copy.deepcopy(build_trial_pod(trial, plan, Role.ENV, None, "warm", probe_image,
-                                         runner_image)["spec"])
+                                         runner)["spec"])
     secret_volumes = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
     spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in secret_volumes]
     for c in [*spec.get("initContainers", []), *spec["containers"]]:

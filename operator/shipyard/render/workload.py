@@ -24,7 +24,7 @@ from shipyard.api.conventions import (
     trial_selector,
 )
 from shipyard.plan.phases import TrialPlan
-from shipyard.render.pod import build_trial_pod, owner_reference
+from shipyard.render.pod import Runner, build_trial_pod, owner_reference
 
 POD_SET = "trial"
 WORKLOAD_COMPONENT = "workload"
@@ -62,14 +62,14 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
 
 
 def trial_pods(trial: dict[str, Any], plan: TrialPlan, probe_image: str | None,
-               runner_image: str | None = None) -> list[dict[str, Any]]:
+               runner: Runner = None) -> list[dict[str, Any]]:
     """Every pod an attempt of the trial creates (names do not matter here), as the operator
-    creates them (with the Go runner's init container when `runner_image` is set)."""
-    pods = [build_trial_pod(trial, plan, Role.ENV, None, "sizing", probe_image, runner_image)]
+    creates them (with the Go runner's init container when `runner` is its image)."""
+    pods = [build_trial_pod(trial, plan, Role.ENV, None, "sizing", probe_image, runner)]
     for step in plan.steps:
         if step.verifier_pod is not None:
             pods.append(build_trial_pod(trial, plan, Role.VERIFIER, step.name, "sizing",
-                                        probe_image, runner_image))
+                                        probe_image, runner))
     return pods
 
 
@@ -96,15 +96,15 @@ def pod_set_template(pods: list[dict[str, Any]]) -> dict[str, Any]:
 
 def build_workload(trial: dict[str, Any], plan: TrialPlan, name: str, queue: str,
                    priority: tuple[str, int] | None, probe_image: str | None,
-                   runner_image: str | None = None) -> dict[str, Any]:
+                   runner: Runner = None) -> dict[str, Any]:
     """`priority`: the WorkloadPriorityClass and its value (Kueue wants both on a Workload).
-    `probe_image`, `runner_image`: the operator's, so the pod set is sized to the pods made."""
+    `probe_image`, `runner`: the operator's, so the pod set is sized to the pods made."""
     meta = trial["metadata"]
     spec: dict[str, Any] = {
         "queueName": queue,
         "podSets": [{"name": POD_SET, "count": 1,
                      "template": pod_set_template(trial_pods(trial, plan, probe_image,
-                                                             runner_image))}],
+                                                             runner))}],
     }
     if priority is not None:
         spec["priorityClassRef"] = {"group": KUEUE_GROUP, "kind": "WorkloadPriorityClass",

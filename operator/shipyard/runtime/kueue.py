@@ -21,6 +21,7 @@ from shipyard.reconcile import admission
 from shipyard.render.pod import probe_image_for
 from shipyard.render.workload import admit_pod, build_workload
 from shipyard.runtime import wake
+from shipyard.runtime.runner_files import runner_of
 
 if TYPE_CHECKING:
     from shipyard.runtime.trial_driver import TrialDriver
@@ -93,7 +94,7 @@ class KueueGate:
                     priority = (self.choice.priority_class, value)
                 body = build_workload(d.body, plan, self.name, self.choice.queue, priority,
                                       probe_image_for(plan, d.settings.probe_image),
-                                      d.settings.runner_image)
+                                      runner_of(d.settings))
                 workload = await d.call(kube_workloads.create_workload, body)
                 _workloads[(d.namespace, self.name)] = workload
                 state = admission.workload_state(workload)

@@ -63,6 +63,7 @@ from shipyard.render.pod import (
 )
 from shipyard.runtime import warm_pools
 from shipyard.runtime.executor import execs
+from shipyard.runtime.runner_files import ensure_runner
 from shipyard.runtime.status_writer import StatusWriter
 from shipyard.runtime.wake import Waiter
 
@@ -154,6 +155,7 @@ class KubeTrialExecutor:
         plan = self.plan
         assert plan is not None
         await self.call(objects.ensure_configmap_once, build_runner_configmap(self.namespace))
+        runner = await self.call(ensure_runner, self.settings, self.namespace)
         names = [s.name for s in plan.steps]
         index = (names.index(action.step) + 1
                  if plan.multi_step and action.role == loop.machine.Role.VERIFIER else None)
@@ -168,7 +170,7 @@ class KubeTrialExecutor:
         name = pod_name_for(self.body, action.role, index, self.status.attempt)
         manifest = build_trial_pod(self.body, plan, action.role, action.step, name,
                                    probe_image_for(plan, self.settings.probe_image),
-                                   self.settings.runner_image)
+                                   runner)
         if self.gate is not None:
             manifest = self.gate.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)

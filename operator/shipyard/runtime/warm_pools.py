@@ -49,6 +49,7 @@ from shipyard.render.pod import SECRETS_MOUNT, build_runner_configmap, probe_ima
 from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
 from shipyard.runtime import config
 from shipyard.runtime import images as image_builds
+from shipyard.runtime.runner_files import ensure_runner, runner_of
 from shipyard.runtime.task_files import TaskUnavailable, load_task_by_name
 
 IDLE_WAIT = 30.0
@@ -74,7 +75,7 @@ _loaded_at = time.monotonic()
 def pod_spec_for(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings
                  ) -> tuple[dict[str, Any], str]:
     spec = warm_spec(trial, plan, probe_image_for(plan, settings.probe_image),
-                     settings.runner_image)
+                     runner_of(settings))
     return spec, warm_key(spec)
 
 
@@ -268,6 +269,7 @@ class PoolDriver:
         deny-all for trial pods (which holds the unclaimed pods)."""
         await asyncio.to_thread(objects.ensure_configmap_once,
                                 build_runner_configmap(self.namespace))
+        await asyncio.to_thread(ensure_runner, self.settings, self.namespace)
         await asyncio.to_thread(kube_network.ensure_namespace_baseline,
                                 build_namespace_baseline(self.namespace, self.network))
 
