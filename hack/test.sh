@@ -61,6 +61,13 @@ ruff check .
 section "lint-imports (layering contracts)"
 lint-imports
 
+section "the Go runner: go vet, go test (runner/)"
+if command -v go >/dev/null 2>&1; then
+    (cd runner && GOTOOLCHAIN=local go vet ./... && GOTOOLCHAIN=local go test ./...)
+else
+    echo "no Go on PATH: the runner's tests not run (the local cluster's runner build needs Go)"
+fi
+
 section "crds/ and the chart's CRDs are up to date (python -m shipyard.api.crds --check)"
 python -m shipyard.api.crds --check crds
 python -m shipyard.api.crds --check charts/shipyard/crds

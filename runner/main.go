@@ -15,8 +15,9 @@ import (
 	"syscall"
 )
 
-const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE]]] | chain LIMIT SIZE ID[:KEY]... | " +
-	"status ID | result ID [LIMIT] | stop ID [LIMIT] | ready | artifacts LIMIT | sweep | " +
+const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
+	"chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
+	"stop ID [LIMIT] | ready | artifacts LIMIT | sweep | " +
 	"put-secrets ID | install DEST"
 
 const (
@@ -36,12 +37,14 @@ type paths struct {
 var P paths
 
 // Per process: the base this launch uses, the base it took (printed once), whether task code
-// was launched by this process (a chain).
+// was launched by this process (a chain), the artifacts limit of a `launch`/`result` that asks
+// for the packed artifacts with a finished phase's result (0: not asked).
 var (
-	base     int64 = -1
-	newBase  int64 = -1
-	taskCode       = false
-	woken          = make(chan os.Signal, 1)
+	base      int64 = -1
+	newBase   int64 = -1
+	taskCode        = false
+	artsLimit int64 = 0
+	woken           = make(chan os.Signal, 1)
 )
 
 func env(name, def string) string {
@@ -108,6 +111,7 @@ func main() {
 	switch cmd {
 	case "launch":
 		need(2)
+		artsLimit = intArg(args, 5, 0)
 		os.Exit(launch(args[0], intArg(args, 1, 0), intArg(args, 2, defaultLimit), strArg(args, 3),
 			intArg(args, 4, -1)))
 	case "chain":
@@ -126,6 +130,7 @@ func main() {
 		fmt.Println(status(args[0]))
 	case "result":
 		need(1)
+		artsLimit = intArg(args, 3, 0)
 		result(args[0], intArg(args, 1, defaultLimit), intArg(args, 2, 0))
 	case "stop":
 		need(1)

@@ -407,8 +407,12 @@ func status(id string) string {
 	return fmt.Sprintf("state=running started=%s%s", value(s+"/started", ""), nb)
 }
 
-// result ID LIMIT [WAIT]: the status line, then (done) each collected file as `== NAME SIZE`
-// and its base64 body, then `%%end`.
+// result ID LIMIT [WAIT [ARTIFACTS]]: the status line, then (done) each collected file as
+// `== NAME SIZE` and its base64 body, then `%%end`. With ARTIFACTS (a launch's too), a done
+// phase's status line also says `artifacts=SIZE` (the packed tar's, `artifacts=none` when
+// none was packed) and the tar follows the files as `== %artifacts SIZE` when it is at most
+// ARTIFACTS bytes (over it: refused, as `artifacts` refuses it): the trial's end then needs no
+// exec of its own to read it. No collected file has that name (theirs are absolute paths).
 func result(id string, limit, wait int64) {
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
@@ -419,6 +423,20 @@ func result(id string, limit, wait int64) {
 	if !strings.HasPrefix(line, "state=done") {
 		fmt.Fprintln(out, line)
 		return
+	}
+	var tarData []byte
+	carried := false
+	if artsLimit > 0 {
+		data, size, code := packedArtifacts(artsLimit)
+		switch code {
+		case 0:
+			line += fmt.Sprintf(" artifacts=%d", size)
+			tarData, carried = data, true
+		case artifactsOver:
+			line += fmt.Sprintf(" artifacts=%d", size)
+		default:
+			line += " artifacts=none"
+		}
 	}
 	fmt.Fprintln(out, line+" result=1 end=1")
 	var patterns [][]byte
@@ -437,15 +455,7 @@ func result(id string, limit, wait int64) {
 		if redacting {
 			data = redact(data, patterns)
 		}
-		fmt.Fprintf(out, "== %s %d\n", name, size)
-		text := base64.StdEncoding.EncodeToString(data)
-		for len(text) > 76 {
-			fmt.Fprintln(out, text[:76])
-			text = text[76:]
-		}
-		if text != "" {
-			fmt.Fprintln(out, text)
-		}
+		writeBase64(out, name, size, data)
 	}
 	output := stateDir(id) + "/output"
 	if isFile(output) {
@@ -456,7 +466,23 @@ func result(id string, limit, wait int64) {
 			emit(f, f, -1, limit)
 		}
 	}
+	if carried {
+		writeBase64(out, "%artifacts", int64(len(tarData)), tarData)
+	}
 	out.WriteString("%%end\n")
+}
+
+// writeBase64: `== NAME SIZE`, then DATA in base64 lines of 76.
+func writeBase64(out *bufio.Writer, name string, size int64, data []byte) {
+	fmt.Fprintf(out, "== %s %d\n", name, size)
+	text := base64.StdEncoding.EncodeToString(data)
+	for len(text) > 76 {
+		out.WriteString(text[:76] + "\n")
+		text = text[76:]
+	}
+	if text != "" {
+		out.WriteString(text + "\n")
+	}
 }
 
 // stop ID LIMIT: TERM the phase's process group, KILL after killAfter seconds, then `result`.
@@ -474,26 +500,52 @@ func stop(id string, limit int64) {
 	result(id, limit, 0)
 }
 
+// The exit codes of `artifacts`: none packed, or the tar over the limit.
+const (
+	artifactsNone = 4
+	artifactsOver = 5
+)
+
 // artifacts LIMIT: the tar the collect phase packed, when it is at most LIMIT bytes.
 func artifacts(limit int64) int {
+	data, size, code := packedArtifacts(limit)
+	switch code {
+	case artifactsNone:
+		fmt.Fprintln(os.Stderr, "shipyard runner: no artifacts were packed")
+	case artifactsOver:
+		fmt.Fprintf(os.Stderr, "shipyard runner: the artifacts tar is %d bytes, over the limit "+
+			"of %d\n", size, limit)
+	}
+	if code != 0 {
+		return code
+	}
+	if _, err := os.Stdout.Write(data); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// packedArtifacts: the packed tar (a regular file in the runner's root-only state folder) and
+// its size when it is at most LIMIT bytes; else its size and artifactsOver, or artifactsNone.
+func packedArtifacts(limit int64) ([]byte, int64, int) {
 	f, err := os.Open(P.state + "/artifacts.tar")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "shipyard runner: no artifacts were packed")
-		return 4
+		return nil, 0, artifactsNone
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
-		fmt.Fprintln(os.Stderr, "shipyard runner: no artifacts were packed")
-		return 4
+		return nil, 0, artifactsNone
 	}
 	if st.Size() > limit {
-		fmt.Fprintf(os.Stderr, "shipyard runner: the artifacts tar is %d bytes, over the limit "+
-			"of %d\n", st.Size(), limit)
-		return 5
+		return nil, st.Size(), artifactsOver
 	}
-	if _, err := io.Copy(os.Stdout, io.LimitReader(f, limit)); err != nil {
-		return 1
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, 0, artifactsNone
 	}
-	return 0
+	if int64(len(data)) > limit { // grew since its size was read
+		return nil, int64(len(data)), artifactsOver
+	}
+	return data, int64(len(data)), 0
 }

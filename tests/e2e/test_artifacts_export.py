@@ -8,6 +8,8 @@ Harbor's own models and viewer."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shipyard.runtime.trial_executor import ARTIFACT_LIMIT
 from tests.e2e.conftest import TEST_IMAGE
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, wait_sweep
@@ -160,6 +163,28 @@ def test_artifacts_over_the_limit_are_refused_with_a_message(exported) -> None:
     # the trial itself is scored as ever: collection never fails a trial
     result = json.loads((trial_dir / "result.json").read_text())
     assert result["verifier_result"]["rewards"] == {"reward": 1}
+
+
+def test_a_shared_verifiers_artifacts_come_with_its_result_not_an_exec_of_their_own(
+        exported, operator) -> None:
+    """The exec that sees a shared verifier end brings its artifacts tar (the Go runner): its
+    pod gets no `runner artifacts` exec (a trivial trial: two execs, the chained environment
+    and agent, and the verifier's launch); runner.sh's pods, and a separate verifier's
+    environment pod (its collect phase), are still read by that exec."""
+    ns = exported[2]["metadata"]["namespace"]
+    execs: dict[str, list[str]] = {}
+    for m in re.finditer(rf"exec {re.escape(ns)}/(\S+): \S*runner (\S+)(?: (\S+))?",
+                         operator.log()):
+        execs.setdefault(m[1], []).append(f"{m[2]} {m[3] or ''}".strip())
+    shared = [p for p, e in execs.items() if "launch verifier" in e and "launch collect" not in e
+              and "launch verifier-environment" not in e]
+    separate = [p for p, e in execs.items() if "launch collect" in e]
+    assert len(shared) == 2 and len(separate) == 1, execs  # arts and artbig; artsep
+    read = f"artifacts {ARTIFACT_LIMIT}"
+    go = os.environ.get("SHIPYARD_RUNNER", "go") != "sh"
+    for pod in shared:
+        assert execs[pod].count(read) == (0 if go else 1), execs[pod]
+    assert execs[separate[0]].count(read) == 1, execs
 
 
 @pytest.mark.optin

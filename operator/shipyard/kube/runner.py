@@ -73,18 +73,32 @@ def _exec(namespace: str, pod: str, argv: list[str], stdin: bytes | None = None,
 
 
 def _runner(namespace: str, pod: str, args: list[str], stdin: bytes | None = None,
-            timeout: float = EXEC_TIMEOUT_SEC) -> Reply:
-    return _exec(namespace, pod, [RUNNER_PATH, *args], stdin, timeout=timeout)
+            timeout: float = EXEC_TIMEOUT_SEC, artifacts_limit: int = 0) -> Reply:
+    return _exec(namespace, pod, [RUNNER_PATH, *args], stdin, timeout=timeout,
+                 max_output=_with_artifacts(artifacts_limit))
+
+
+def _with_artifacts(artifacts_limit: int) -> int:
+    """The most stdout an exec may print when its result may carry the packed artifacts tar
+    of up to `artifacts_limit` bytes (in base64 lines of 76)."""
+    if not artifacts_limit:
+        return MAX_OUTPUT_BYTES
+    encoded = 4 * -(-artifacts_limit // 3)
+    return MAX_OUTPUT_BYTES + encoded + encoded // 76 + 1
 
 
 def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: int,
-           key: str, base: int | None = None) -> Reply:
+           key: str, base: int | None = None, artifacts_limit: int = 0) -> Reply:
     """Start the phase from its bundle (`shipyard.render.phase_bundle`) under its launch key
     (`conventions.launch_key`) and the pod's process base (`TrialStatus.pod_process_base`),
     when known; prints its status (with its result when it ended within the launch's
-    grace)."""
+    grace, and then with `artifacts_limit` the packed artifacts tar: `PackedArtifacts`)."""
     args = ["launch", phase_id, str(len(bundle)), str(log_limit), key]
-    return _runner(namespace, pod, args + ([str(base)] if base is not None else []), bundle)
+    if artifacts_limit:
+        args += ["" if base is None else str(base), str(artifacts_limit)]
+    elif base is not None:
+        args.append(str(base))
+    return _runner(namespace, pod, args, bundle, artifacts_limit=artifacts_limit)
 
 
 def chain(namespace: str, pod: str, phases: list[tuple[str, str]], bundle: bytes,
@@ -96,11 +110,18 @@ def chain(namespace: str, pod: str, phases: list[tuple[str, str]], bundle: bytes
                                     *(f"{i}:{k}" for i, k in phases)], bundle)
 
 
-def result(namespace: str, pod: str, phase_id: str, log_limit: int, wait_sec: int = 0) -> Reply:
-    """The phase's status, with its collected files once it is done; with `wait_sec`, once it
-    is done or that long has passed (pods without a readiness probe)."""
-    args = ["result", phase_id, str(log_limit)] + ([str(wait_sec)] if wait_sec else [])
-    return _runner(namespace, pod, args, timeout=EXEC_TIMEOUT_SEC + wait_sec)
+def result(namespace: str, pod: str, phase_id: str, log_limit: int, wait_sec: int = 0,
+           artifacts_limit: int = 0) -> Reply:
+    """The phase's status, with its collected files once it is done (and with
+    `artifacts_limit` the packed artifacts tar, as `launch`); with `wait_sec`, once it is done
+    or that long has passed (pods without a readiness probe)."""
+    args = ["result", phase_id, str(log_limit)]
+    if artifacts_limit:
+        args += [str(wait_sec), str(artifacts_limit)]
+    elif wait_sec:
+        args.append(str(wait_sec))
+    return _runner(namespace, pod, args, timeout=EXEC_TIMEOUT_SEC + wait_sec,
+                   artifacts_limit=artifacts_limit)
 
 
 def stop(namespace: str, pod: str, phase_id: str, log_limit: int) -> Reply:

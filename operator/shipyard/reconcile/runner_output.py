@@ -21,6 +21,21 @@ class CollectedFile:
 
 
 @dataclass(frozen=True)
+class PackedArtifacts:
+    """The artifacts tar as a finished phase's reply carried it (`result`/`launch` asked for
+    it, docs/runner-protocol.md): `data` when it was at most the limit asked; None with its
+    `size` when it was over (refused); `size` None when none was packed."""
+
+    size: int | None
+    data: bytes | None = None
+
+
+ARTIFACTS_FILE = "%artifacts"
+"""The name the packed tar takes among a result's files (never a collected file's: theirs are
+absolute paths)."""
+
+
+@dataclass(frozen=True)
 class PhaseStatus:
     state: str  # none | running | done
     exit_code: int | None = None
@@ -31,6 +46,7 @@ class PhaseStatus:
     files: dict[str, CollectedFile] = field(default_factory=dict)
     collected: bool = False  # a finished phase's files are here (`result`, or a quick `launch`)
     base: int | None = None  # the pod's process base, from the launch that took it (runner.sh)
+    artifacts: PackedArtifacts | None = None  # None: not carried (not asked, an older runner)
 
     @property
     def done(self) -> bool:
@@ -100,6 +116,7 @@ def parse_runner_output(text: str) -> PhaseStatus:
         else:
             chunks.append(line.strip())
     flush()
+    artifacts = _packed_artifacts(head.get("artifacts"), files.pop(ARTIFACTS_FILE, None))
     rc = head.get("rc")
     return PhaseStatus(
         state=head["state"],
@@ -111,7 +128,23 @@ def parse_runner_output(text: str) -> PhaseStatus:
         files=files,
         collected=head.get("result") == "1",
         base=int(b) if (b := head.get("base", "")).isdigit() else None,
+        artifacts=artifacts,
     )
+
+
+def _packed_artifacts(said: str | None, tar: CollectedFile | None) -> PackedArtifacts | None:
+    """`artifacts=SIZE` (the tar following as a file when it was within the limit) or
+    `artifacts=none`; a tar that does not match its size is taken as not carried (the
+    trial's end reads it with an exec of its own)."""
+    if said == "none":
+        return PackedArtifacts(None)
+    if said is None or not said.isdigit():
+        return None
+    if tar is None:
+        return PackedArtifacts(int(said))
+    if tar.size != int(said) or len(tar.content) != tar.size:
+        return None
+    return PackedArtifacts(tar.size, tar.content)
 
 
 def parse_put_secrets(text: str) -> tuple[int, ...]:

@@ -20,15 +20,17 @@ from datetime import datetime, timedelta
 from shipyard.api.conventions import event_name, iso
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.plan.phases import TrialPlan
+from shipyard.plan.phases import TrialPlan, VerifyScript
 from shipyard.reconcile import exec_policy, write_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.admission import Evicted
 from shipyard.reconcile.pod_observation import PodObservation
-from shipyard.reconcile.runner_output import PhaseStatus
+from shipyard.reconcile.runner_output import PackedArtifacts, PhaseStatus
 
 ARTIFACTS_OVER_LIMIT = 5
 """The runner's exit code for a packed artifacts tar over the limit (`artifacts LIMIT`)."""
+NO_ARTIFACTS = 4
+"""The runner's exit code when no artifacts tar was packed (`artifacts LIMIT`)."""
 KEEP_ARTIFACTS_TRIES = 6
 """Reads of the environment pod's artifacts (before it stops) whose exec did not run, after
 which the verifier gets none (said in an Event) rather than the trial waiting forever."""
@@ -112,12 +114,15 @@ class PutSecrets:
 
 @dataclass(frozen=True)
 class RunExec:
-    """`launch` (of `phases`, chained when several) or `result` (with `wait`) in `pod`."""
+    """`launch` (of `phases`, chained when several) or `result` (with `wait`) in `pod`;
+    `artifacts`: a finished phase's reply also carries the packed artifacts tar
+    (`asks_artifacts`)."""
 
     command: str
     pod: str
     phases: tuple[str, ...]
     wait: int = 0
+    artifacts: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,10 +155,12 @@ class SaveArtifacts:
 class KeepArtifacts:
     """At the trial's end, before its outcome is written: the artifacts its environment pod
     packed (a shared verifier's), read and kept for the export, when they were not kept
-    before the pod stopped. Best effort, as Harbor's collection."""
+    before the pod stopped. Best effort, as Harbor's collection. `packed`: the tar (or its
+    refusal) as the reply that saw the verifier end carried it, kept without an exec."""
 
     pod: str
     step: str | None
+    packed: PackedArtifacts | None = None
 
 
 @dataclass(frozen=True)
@@ -304,6 +311,7 @@ class ExecProgress:
     phases: tuple[str, ...]
     pod: str
     wait: int = 0
+    artifacts: bool = False
     attempt: int = 0
     unavailable: int = 0
     runner_ran: bool = False
@@ -339,6 +347,9 @@ class LoopState:
     current_runner: str = ""
     admission: bool = False  # Kueue admits its pods
     keep_tries: int = 0
+    packed: tuple[str, PackedArtifacts] | None = None
+    """(pod, its artifacts tar or refusal) as a verifier's reply carried them, until the
+    trial's end keeps them (`KeepArtifacts`)."""
     exec: ExecProgress | None = None
     stopping: tuple[machine.Role, str] | None = None
     hold_rest: float | None = None  # a held write's wait: what is left of it after the hold
@@ -505,18 +516,30 @@ def _machine_action(state: LoopState, plan: TrialPlan, action: machine.Action, n
             runner = state.pod_runners.get(pod)
             current = runner is None or runner == state.current_runner
             phases = tuple(machine.chained_phases(plan, phase, current))
-            return _exec_step(replace(state, exec=ExecProgress("launch", phase, phases, pod)),
-                              plan, now)
+            asks = phases == (phase,) and asks_artifacts(plan, phase)
+            return _exec_step(replace(state, exec=ExecProgress("launch", phase, phases, pod,
+                                                               artifacts=asks)), plan, now)
         case machine.ReadResult(phase=phase, wait_sec=wait):
             pod = machine.pod_name(state.status, plan.phase(phase).pod)
             assert pod is not None
-            state = replace(state, exec=ExecProgress("result", phase, (phase,), pod, wait))
+            state = replace(state, exec=ExecProgress("result", phase, (phase,), pod, wait,
+                                                     asks_artifacts(plan, phase)))
             if wait:  # the driver waits: what it knows is on record
                 return flush_action(state), state
             return _exec_step(state, plan, now)
         case machine.Wait(until=until):
             return _sleep(state, plan, now, until)
     raise AssertionError(action)
+
+
+def asks_artifacts(plan: TrialPlan, phase_id: str) -> bool:
+    """A single-step trial's shared verifier (its prepare packs the artifacts, as root, before
+    the tests run): the exec that sees it end brings the tar too, so the trial's end keeps
+    it without an exec of its own. Elsewhere (a separate verifier's collect phase, several
+    steps) the artifacts are read by an exec at the pod's stop or the trial's end."""
+    spec = plan.phase(phase_id)
+    return (len(plan.steps) == 1 and spec.pod == machine.Role.ENV
+            and isinstance(spec.script, VerifyScript) and bool(spec.script.artifacts))
 
 
 def _stop_pod(state: LoopState, role: machine.Role, name: str | None) -> list:
@@ -540,8 +563,10 @@ def finishing(state: LoopState) -> LoopState:
     if _has_services(state) and state.status.pod_name:
         steps.append(ServiceLogs(state.status.pod_name))
     plan = state.plan
-    if plan is not None and plan.steps and state.status.pod_name:
-        steps.append(KeepArtifacts(state.status.pod_name, plan.steps[-1].name))
+    pod = state.status.pod_name
+    if plan is not None and plan.steps and pod:
+        packed = state.packed[1] if state.packed and state.packed[0] == pod else None
+        steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed))
     steps += [_Finalize(), FLUSH]
     if not state.keep:
         steps.append(RemovePods(pod_names(state.status)))
@@ -602,7 +627,7 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
         if write_policy.write_before_exec(state.unsaved_exec_sec, state.unsaved_execs) or (
                 (state.status.task_code_sent or []) != (state.saved.task_code_sent or [])):
             return flush_action(state), state  # a restart redoes at most two execs
-        return RunExec(ex.command, ex.pod, ex.phases, ex.wait), state
+        return RunExec(ex.command, ex.pod, ex.phases, ex.wait, ex.artifacts), state
     if isinstance(d, exec_policy.SecretsMissing):
         state = take(state, *machine.fail(state.status, Reason.SECRET_NOT_FOUND,
                                           exec_policy.missing_secrets_message(
@@ -623,6 +648,8 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
         return Pause(d.delay), replace(state, exec=replace(ex, decided=None, secrets_ok=False))
     assert isinstance(d, exec_policy.Answered)
     state = replace(state, exec=None)
+    if ex.artifacts and (carried := d.results[-1][1].artifacts) is not None:
+        state = replace(state, packed=(ex.pod, carried))
     if ex.command == "launch":
         return decide(_launched(state, plan, d.results, now), now)
     result = d.results[0][1]

@@ -35,6 +35,7 @@ from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, TrialPlan, VerifierEn
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import trial_loop as loop
 from shipyard.reconcile.pod_observation import observe_pod
+from shipyard.reconcile.runner_output import PackedArtifacts
 from shipyard.render.artifact_bundle import (
     ARTIFACTS_LIMIT_BYTES,
     TAR_OVERHEAD_BYTES,
@@ -263,13 +264,14 @@ class KubeTrialExecutor:
         plan = self.plan
         assert plan is not None
         started, limit, pod = time.monotonic(), plan.log_limit_bytes, action.pod
+        artifacts = ARTIFACT_LIMIT if action.artifacts else 0
         if action.command != "launch":
             if action.wait:
                 reply = await self.waiting(pod, kube_runner.result, self.namespace, pod,
-                                           action.phases[0], limit, action.wait)
+                                           action.phases[0], limit, action.wait, artifacts)
             else:
                 reply = await self.exec_call(kube_runner.result, self.namespace, pod,
-                                             action.phases[0], limit)
+                                             action.phases[0], limit, 0, artifacts)
             return self._reply("exec", reply, started)
         bundles, events = [], []
         for phase_id in action.phases:
@@ -282,7 +284,8 @@ class KubeTrialExecutor:
             base = self.status.pod_process_base if pod == self.status.pod_name else None
             reply = await self.exec_call(kube_runner.launch, self.namespace, pod,
                                          action.phases[0], bundles[0][1], limit,
-                                         launch_key(uid, attempt, action.phases[0]), base)
+                                         launch_key(uid, attempt, action.phases[0]), base,
+                                         artifacts)
         else:
             reply = await self.exec_call(kube_runner.chain, self.namespace, pod,
                                          [(p, launch_key(uid, attempt, p))
@@ -343,8 +346,9 @@ class KubeTrialExecutor:
     async def keep_artifacts(self, action: loop.KeepArtifacts) -> loop.Nothing:
         """At the trial's end: what its environment pod packed (a shared verifier's
         artifacts), kept for the export. Best effort: a failure is logged, never fails the
-        trial (it is over)."""
-        reply = await self._read_artifacts(action.pod)
+        trial (it is over). Without an exec when the verifier's reply carried them."""
+        reply = (_carried(action.packed) if action.packed is not None
+                 else await self._read_artifacts(action.pod))
         refused = None
         if reply.state != "ok":
             if reply.exit_code != loop.ARTIFACTS_OVER_LIMIT:
@@ -439,3 +443,14 @@ class KubeTrialExecutor:
                     self.logger.warning(f"artifact {artifact.source} of {evidence.service} in "
                                         f"{pod} not collected: {reply.error}")
         return merge_sidecar_tars(parts) if parts else b""
+
+
+def _carried(packed: PackedArtifacts) -> kube_runner.Reply:
+    """The artifacts a verifier's reply carried, as `runner artifacts` answers for them."""
+    if packed.data is not None:
+        return kube_runner.Reply("ok", packed.data, exit_code=0)
+    if packed.size is None:
+        return kube_runner.Reply("failed", error="no artifacts were packed",
+                                 exit_code=loop.NO_ARTIFACTS)
+    return kube_runner.Reply("failed", error=f"the artifacts tar is {packed.size} bytes, over "
+                             f"the limit of {ARTIFACT_LIMIT}", exit_code=loop.ARTIFACTS_OVER_LIMIT)

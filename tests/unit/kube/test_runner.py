@@ -126,3 +126,17 @@ def test_exec_output_is_read_frame_by_frame_within_a_cap_and_a_deadline() -> Non
     with pytest.raises(TimeoutError):
         _pump(slow, bytearray(), bytearray(), time.monotonic() + 0.5, 10**9, "exec")
     assert time.monotonic() - began < 1.5
+
+
+def test_an_exec_carrying_the_artifacts_may_print_their_base64_beside_the_result() -> None:
+    """`launch`/`result` asked for the packed tar: their output cap grows by the tar's base64
+    lines (a tar at the limit never ends the exec as too large)."""
+    import base64
+
+    from shipyard.kube.pod_exec import MAX_OUTPUT_BYTES
+    from shipyard.kube.runner import _with_artifacts
+
+    assert _with_artifacts(0) == MAX_OUTPUT_BYTES
+    for limit in (1, 75, 76 * 3, 37748736):
+        encoded = base64.encodebytes(b"\0" * limit)  # lines of 76, each with its newline
+        assert _with_artifacts(limit) >= MAX_OUTPUT_BYTES + len(encoded)

@@ -115,3 +115,32 @@ def test_a_result_from_an_older_runner_needs_no_end_mark() -> None:
         parse_runner_output(runner_text(DONE + " result=1 end=1", {"/r.txt": b"1"}))
     marked = runner_text(DONE + " result=1 end=1", {"/r.txt": b"1"}) + "%%end\n"
     assert parse_runner_output(marked).files["/r.txt"].content == b"1"
+
+
+def test_a_result_carries_the_packed_artifacts_when_asked() -> None:
+    """`result … ARTIFACTS` (docs/runner-protocol.md): the tar as a file of its own, not among
+    the phase's collected files; over the limit its size alone (refused); none packed."""
+    from shipyard.reconcile.runner_output import PackedArtifacts
+
+    tar = bytes(range(256)) * 3
+    text = runner_text(f"{DONE} result=1 end=1 artifacts={len(tar)}",
+                       {"/logs/verifier/reward.txt": b"1", "%artifacts": tar}) + "%%end\n"
+    status = parse_runner_output(text)
+    assert status.artifacts == PackedArtifacts(len(tar), tar)
+    assert list(status.files) == ["/logs/verifier/reward.txt"]
+    refused = parse_runner_output(f"{DONE} result=1 end=1 artifacts=99999999\n%%end\n")
+    assert refused.artifacts == PackedArtifacts(99999999, None)
+    none = parse_runner_output(f"{DONE} result=1 end=1 artifacts=none\n%%end\n")
+    assert none.artifacts == PackedArtifacts(None, None)
+    empty = runner_text(f"{DONE} result=1 end=1 artifacts=0", {"%artifacts": b""}) + "%%end\n"
+    assert parse_runner_output(empty).artifacts == PackedArtifacts(0, b"")
+
+
+def test_a_reply_without_the_artifacts_or_with_a_mismatched_tar_carries_none() -> None:
+    """Not asked, runner.sh, an older runner, or a tar that is not the size said: not carried
+    (the trial's end reads the artifacts with an exec of its own)."""
+    plain = runner_text(f"{DONE} result=1 end=1", {"/r.txt": b"1"}) + "%%end\n"
+    assert parse_runner_output(plain).artifacts is None
+    wrong = runner_text(f"{DONE} result=1 end=1 artifacts=5", {"%artifacts": b"abc"}) + "%%end\n"
+    status = parse_runner_output(wrong)
+    assert status.artifacts is None and "%artifacts" not in status.files

@@ -14,6 +14,7 @@ from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import trial_loop as loop
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
+from shipyard.reconcile.runner_output import PackedArtifacts
 from shipyard.runtime.trial_driver import TrialDriver, now
 from tests.unit.helpers import T0, iso, plan_for, pod, runner_text, trial_body
 
@@ -25,11 +26,18 @@ def running_line() -> str:
     return f"state=running started={STARTED}"
 
 
-def done_line(reward: bool) -> str:
+def done_line(reward: bool, tar: bytes | int | None = None) -> str:
+    """A finished phase's result; `tar`: the artifacts it carries (bytes), or their size when
+    refused (int), as the runner answers a `result` that asks for them."""
     text = f"state=done rc=0 timed_out=0 started={STARTED} finished={STARTED} result=1"
     files = {"output": b"ok"}
     if reward:
         files["/logs/verifier/reward.txt"] = b"1"
+    if isinstance(tar, bytes):
+        text += f" artifacts={len(tar)}"
+        files["%artifacts"] = tar
+    elif isinstance(tar, int):
+        text += f" artifacts={tar}"
     return runner_text(text, files)
 
 
@@ -37,9 +45,12 @@ class FakeExecutor:
     """Pods in a dict; a runner that starts every launched phase and finishes it when its
     result is asked for. `fail_execs`: how many execs answer `failed` first (no runner)."""
 
-    def __init__(self, fail_execs: int = 0, secrets_missing: bool = False) -> None:
+    def __init__(self, fail_execs: int = 0, secrets_missing: bool = False,
+                 tar: bytes | int | None = None, quick_verifier: bool = False) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.calls: list[str] = []
+        self.actions: list[loop.Action] = []
+        self.tar, self.quick_verifier = tar, quick_verifier  # the runner's artifacts
         self.writes: list[TrialStatus | None] = []
         self.events: list[str] = []
         self.fail_execs = fail_execs
@@ -53,6 +64,7 @@ class FakeExecutor:
 
     def apply(self, action: loop.Action):
         self.calls.append(type(action).__name__)
+        self.actions.append(action)
         assert len(self.calls) < 500, self.calls[-20:]  # a loop that never ends
         return getattr(self, {
             loop.Observe: "observe", loop.Flush: "flush", loop.WaitWake: "wait_wake",
@@ -108,14 +120,18 @@ class FakeExecutor:
         if self.fail_execs:
             self.fail_execs -= 1
             return loop.ExecReply("exec", "failed", error="no route to the kubelet")
+        phase = self.plan.phase(action.phases[-1])
+        verifier = phase.name == "verifier"
+        done = done_line(verifier, self.tar if action.artifacts else None)
         if action.command == "launch":
+            if verifier and self.quick_verifier:  # it ended within the launch's wait
+                return loop.ExecReply("exec", "ok", done, exit_code=0)
             if len(action.phases) > 1:
                 text = "".join(f"=== {p}\n{running_line()}\n" for p in action.phases)
             else:
                 text = running_line() + "\n"
             return loop.ExecReply("exec", "ok", text, exit_code=0)
-        phase = self.plan.phase(action.phases[0])
-        return loop.ExecReply("exec", "ok", done_line(phase.name == "verifier"), exit_code=0)
+        return loop.ExecReply("exec", "ok", done, exit_code=0)
 
 
 def drive(executor: FakeExecutor, status: TrialStatus | None = None, **spec: Any
@@ -172,3 +188,60 @@ def test_a_trials_artifacts_are_kept_for_the_export_before_its_end_is_written() 
     keep = calls.index("KeepArtifacts")
     assert "Flush" in calls[keep:] and "RemovePods" in calls[keep:]
     assert executor.writes[-1].phase == "Completed"
+
+
+def kept(executor: FakeExecutor) -> loop.KeepArtifacts:
+    keeps = [a for a in executor.actions if isinstance(a, loop.KeepArtifacts)]
+    assert len(keeps) == 1, executor.calls
+    return keeps[0]
+
+
+def test_the_reply_that_sees_the_shared_verifier_end_brings_the_artifacts() -> None:
+    """A shared verifier's exec asks for the packed tar; the trial's end keeps what its reply
+    carried, so it needs no exec of its own (`KeepArtifacts.packed`), whether the verifier
+    ended within its launch or a `result` saw it end."""
+    for quick in (False, True):
+        executor = FakeExecutor(tar=b"the tar", quick_verifier=quick)
+        driver = drive(executor)
+        assert driver.status.phase == "Completed" and driver.status.reward == 1
+        execs = [a for a in executor.actions if isinstance(a, loop.RunExec)]
+        verifier = [a for a in execs if a.phases == ("verifier",)]
+        assert verifier and all(a.artifacts for a in verifier)
+        assert not any(a.artifacts for a in execs if a not in verifier)
+        assert [a.command for a in verifier] == (["launch"] if quick else ["launch", "result"])
+        keep = kept(executor)
+        assert keep.packed == PackedArtifacts(7, b"the tar")
+        assert keep.pod == driver.status.pod_name
+
+
+def test_a_refused_tar_is_carried_as_its_refusal() -> None:
+    """Over the limit: the reply says the tar's size and carries none; kept as refused."""
+    executor = FakeExecutor(tar=50_000_000)
+    drive(executor)
+    assert kept(executor).packed == PackedArtifacts(50_000_000, None)
+
+
+def test_without_the_tar_in_the_reply_the_trials_end_reads_it_as_before() -> None:
+    """A runner that does not carry it (runner.sh, an older runner): the trial's end reads the
+    artifacts with an exec of its own (`KeepArtifacts` without `packed`)."""
+    executor = FakeExecutor()
+    drive(executor)
+    assert kept(executor).packed is None
+
+
+def test_only_a_single_step_trials_shared_verifier_asks_for_the_artifacts() -> None:
+    """A separate verifier's environment pod (its collect phase) and multi-step trials keep
+    their own exec for the artifacts (`ReadArtifacts` at the pod's stop, `KeepArtifacts`)."""
+    from tests.unit.helpers import HELLO_TOML, task
+    from tests.unit.reconcile.test_trial_machine_steps import SEPARATE, steps_plan
+
+    shared = plan_for(agent={"name": "oracle"})
+    assert [p.id for p in shared.phases if loop.asks_artifacts(shared, p.id)] == ["verifier"]
+    toml = HELLO_TOML.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    separate = plan_for(task(toml), agent={"name": "oracle"})
+    assert separate.steps[0].verifier_mode == "separate"
+    assert not any(loop.asks_artifacts(separate, p.id) for p in separate.phases)
+    steps = steps_plan({"a": "", "b": ""})
+    assert not any(loop.asks_artifacts(steps, p.id) for p in steps.phases)
+    separate_steps = steps_plan({"a": "", "b": ""}, root=SEPARATE)
+    assert not any(loop.asks_artifacts(separate_steps, p.id) for p in separate_steps.phases)
