@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ from shipyard.api.conventions import (
     LABEL_WARM_POOL,
     Component,
     label_value,
+    parse_time,
 )
 from shipyard.api.models import TrialSpec, WarmPoolSpec
 from shipyard.kube import network as kube_network
@@ -67,6 +68,15 @@ STARTUP_SEC = 30.0
 creates one (an operator restarted between a claim and its record), pools known or not."""
 log = logging.getLogger("shipyard.warm")
 _loaded_at = time.monotonic()
+_loaded_wall = datetime.now(UTC)
+CLOCK_SKEW = timedelta(seconds=5)
+"""The apiserver's clock against the operator's (a trial's creationTimestamp is the former)."""
+
+
+def _created_since_start(created: str | None) -> bool:
+    """The trial was created after this operator started (with room for clock skew)."""
+    when = parse_time(created) if created else None
+    return when is not None and when > _loaded_wall + CLOCK_SKEW
 
 
 # ---------------------------------------------------------------- claims (a trial's side)
@@ -89,7 +99,10 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
         return None
     namespace, uid = meta["namespace"], meta.get("uid") or ""
     started = ((trial.get("status") or {}).get("phase") or "Pending") != "Pending"
-    just_up = time.monotonic() - _loaded_at < STARTUP_SEC  # the pool watch may not have told
+    # Just up, the pool watch may not have told; but a trial created since cannot have been
+    # claimed for by an operator before (a sweep started with the operator lists nothing).
+    just_up = (time.monotonic() - _loaded_at < STARTUP_SEC
+               and not _created_since_start(meta.get("creationTimestamp")))
     if not (started or just_up) and not any(ns == namespace for ns, _ in list(_pools)):
         return None  # a fresh trial, no pool in the namespace (as the watch tells): no call
     for pod in kube.trial_env_pods(namespace, label_value(meta["name"])):
