@@ -131,6 +131,16 @@ def test_the_go_runner_comes_with_its_image_and_sh_stays_available():
     assert bad.runner_image is None and "SHIPYARD_RUNNER='perl'" in (bad.error or "")
 
 
+def test_the_runner_s_files_come_in_configmaps_unless_sh_or_none():
+    from shipyard.plan.settings import RUNNER_ENV, RUNNER_FILES_ENV
+
+    assert OperatorSettings.from_env({}).runner_files is None
+    assert OperatorSettings.from_env({RUNNER_FILES_ENV: " /opt/r "}).runner_files == "/opt/r"
+    assert OperatorSettings.from_env({RUNNER_FILES_ENV: "none"}).runner_files is None
+    assert OperatorSettings.from_env({RUNNER_FILES_ENV: "/opt/r", RUNNER_ENV: "sh"}
+                                     ).runner_files is None
+
+
 def test_an_operator_run_by_hand_takes_the_clusters_published_defaults_under_its_own():
     from shipyard.plan.settings import with_cluster_defaults
 

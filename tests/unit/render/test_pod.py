@@ -11,6 +11,7 @@ and review the diff. The runner ConfigMap's name there is written as `shipyard-r
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import tarfile
@@ -45,6 +46,7 @@ from shipyard.render.pod import (
     runner_script,
     truncate_log,
 )
+from shipyard.render.runner_parts import runner_configmap_names, runner_configmaps
 from shipyard.taskformat import load_task_dir
 from tests.golden import assert_golden
 from tests.unit.helpers import HELLO_TOML, REPO, hello_world, plan_for, task, trial_body
@@ -106,6 +108,39 @@ def test_with_a_runner_image_an_init_container_puts_the_go_runner_into_a_read_on
         assert mounts(pod, c)["runner"] == {"name": "runner", "mountPath": RUNNER_MOUNT,
                                             "readOnly": True}
     assert "configMap" in volumes(render(trial_body()))["runner"]  # no image: runner.sh
+
+
+def test_with_the_runner_s_configmaps_no_init_container_and_the_parts_mounted_read_only(
+) -> None:
+    """Delivered in ConfigMaps (`render.runner_parts`), the runner needs no init container:
+    its parts and loader are one projected volume, read-only and executable, in every
+    container of the pod; each ConfigMap is immutable, under the API's 1 MiB, and the parts
+    join to the runner byte for byte."""
+    runner, loader = bytes(range(256)) * 9000, b"\x7fELF loader"
+    names = runner_configmap_names(runner, loader)
+    body = trial_body()
+    plan = plan_for(agent={"name": "oracle", "envFrom": [{"secretRef": {"name": "keys"}}]})
+    pod = build_trial_pod(body, plan, Role.ENV, None, "p", None, names)
+    assert "initContainers" not in pod["spec"]
+    assert volumes(pod)["runner"] == {"name": "runner", "projected": {
+        "defaultMode": 0o555, "sources": [{"configMap": {"name": n}} for n in names.names]}}
+    for c in ("main", "secrets"):
+        assert mounts(pod, c)["runner"] == {"name": "runner", "mountPath": RUNNER_MOUNT,
+                                            "readOnly": True}
+    configmaps = runner_configmaps("ns", runner, loader)
+    assert tuple(cm["metadata"]["name"] for cm in configmaps) == names.names
+    assert len(configmaps) == 3
+    joined = b""
+    for i, cm in enumerate(configmaps):
+        assert cm["immutable"] is True and cm["metadata"]["namespace"] == "ns"
+        data = {k: base64.b64decode(v) for k, v in cm["binaryData"].items()}
+        assert sum(len(v) for v in data.values()) < 1024 * 1024
+        joined += data[f"runner.{i}"]
+        assert (data.get("runner") == loader) == (i == 0)
+    assert joined == runner
+    # Named by content: another runner or loader, other ConfigMaps.
+    assert runner_configmap_names(runner + b"x", loader).names[0] != names.names[0]
+    assert runner_configmap_names(runner, loader + b"x").names[0] != names.names[0]
 
 
 def test_pod_is_owned_by_the_trial_as_its_controller() -> None:
