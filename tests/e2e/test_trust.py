@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import time
 
 from shipyard.api.conventions import LABEL_TRIAL, label_value
@@ -518,3 +519,52 @@ def test_a_shared_verifier_finds_no_secret_the_agent_wrote_anywhere(shipyard):
     assert trial["status"].get("reward") == 1, (brief(trial["status"]), logs)
     assert "found: []" in logs["verifier.log"], logs
     assert value not in str(logs) and core not in str(logs)
+
+
+# A root agent against the runner's files (mounted from ConfigMaps, joined by the loader into a
+# sealed memfd: docs/runner-protocol.md, "Loader"): it tries to change a part, add one, swap
+# the loader, remount the folder writable, and write into the running runner's own memfd (its
+# supervisor of the agent phase), each a way to run code of its own as the runner of the
+# verifier's phase. Each is refused; the verifier's runner is Shipyard's and scores 0.
+RUNNER_ATTACKS = r"""
+try() {
+  if sh -c "$2" 2>/dev/null; then echo "attack $1: done"; else echo "attack $1: refused"; fi
+}
+try part 'printf "\x7fELF" >> /shipyard/bin/runner.0'
+try extra-part 'cp /bin/true /shipyard/bin/runner.3'
+try loader 'cp /bin/true /shipyard/bin/runner'
+try data-link 'rm -f /shipyard/bin/..data'
+try remount 'mount -o remount,rw /shipyard/bin'
+n=0
+for exe in /proc/[0-9]*/exe; do
+  case "$(readlink "$exe")" in *memfd:shipyard-runner*)
+    n=$((n + 1)); try memfd "printf x >> $exe";;
+  esac
+done
+echo "runner memfds seen: $n"
+"""
+
+
+def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
+    """Root agent, shared verifier, the Go runner from ConfigMaps (the tests' default): every
+    attack on the runner's parts, loader, mount and running memfd is refused and the reward is
+    the real test's 0; the oracle still scores 1."""
+    shipyard.task("runner-files", shared_task(None, None))
+    shipyard.trial("runner-files-attack", "runner-files",
+                   {"name": "command", "command": RUNNER_ATTACKS})
+    shipyard.trial("runner-files-oracle", "runner-files")
+    attacked = shipyard.wait("runner-files-attack", timeout=180)
+    oracle = shipyard.wait("runner-files-oracle", timeout=180)
+    assert oracle["status"].get("reward") == 1.0, brief(oracle["status"])
+    assert attacked["status"]["phase"] == "Completed", brief(attacked["status"])
+    assert attacked["status"].get("reward") == 0.0, brief(attacked["status"])
+    agent_log = shipyard.core.read_namespaced_config_map(
+        attacked["status"]["logsConfigMap"], shipyard.namespace).data["agent.log"]
+    for attack in ("part", "extra-part", "loader", "data-link", "remount"):
+        assert f"attack {attack}: refused" in agent_log, agent_log
+    assert "done" not in agent_log, agent_log
+    seen = re.search(r"runner memfds seen: (\d+)", agent_log)
+    assert seen and int(seen.group(1)) >= 1, agent_log  # the agent phase's supervisor
+    assert agent_log.count("attack memfd: refused") == int(seen.group(1)), agent_log
+    log = _verifier_log(shipyard, attacked)
+    assert "runner=elf" in log and "runner=ro" in log, log
