@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import base64
 import time
+import uuid
 
+from kubernetes import client
+
+from shipyard.api.conventions import RUNNER_INIT_CONTAINER
 from shipyard.api.models import GROUP, VERSION
 from shipyard.api.task_source import BUNDLE_KEY, build_bundle
-from tests.e2e.conftest import ROOT, condition, task_files
+from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
+from tests.e2e.conftest import (
+    ROOT,
+    OperatorProcess,
+    build_env,
+    condition,
+    lease_env,
+    task_files,
+)
 
 HELLO = ROOT / "examples" / "hello-world"
 REWARD_FROM_FILE = 'if grep -q ok /app/out.txt 2>/dev/null; then echo 1; else echo 0; fi ' \
@@ -360,3 +372,50 @@ def test_pods_left_behind_by_an_operator_stopped_after_the_end_go_when_it_starts
         raise AssertionError(f"pod {pod} of the finished trial is still there")
     after = shipyard.get("trials", "leftover-cmd")["status"]
     assert {k: after[k] for k in end} == end
+
+
+def test_the_runner_comes_from_configmaps_or_an_init_container_and_scores_alike(
+        cluster, core_v1, custom_objects, tmp_path_factory, shipyard):
+    """The default (the tests' operator): the Go runner from immutable ConfigMaps the operator
+    made in the namespace, no init container; an operator with SHIPYARD_RUNNER_FILES=none
+    copies it with the init container instead. hello-world scores 1 / 0 either way."""
+    files = {p.relative_to(HELLO / "task").as_posix(): p.read_text()
+             for p in (HELLO / "task").rglob("*") if p.is_file()}
+    shipyard.task("delivery", files)
+    shipyard.trial("delivery-oracle", "delivery")
+    assert shipyard.wait("delivery-oracle")["status"]["reward"] == 1.0
+    parts = [cm for cm in core_v1.list_namespaced_config_map(shipyard.namespace).items
+             if cm.metadata.name.startswith("shipyard-runner-go-")]
+    assert len(parts) >= 3 and all(cm.immutable for cm in parts), parts
+    assert sum(len(base64.b64decode(v)) for cm in parts for v in cm.binary_data.values()) > 2e6
+
+    ns = f"{TEST_NAMESPACE_PREFIX}init-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
+    operator = OperatorProcess(
+        cluster.kubeconfig, tmp_path_factory.mktemp("init") / "operator.log",
+        {**build_env(cluster.local), **lease_env(f"shipyard-operator-{ns}", f"{ns}-operator"),
+         "SHIPYARD_RUNNER_FILES": "none"}, namespaces=(ns,))
+    try:
+        deadline = time.monotonic() + 60
+        while not core_v1.list_namespaced_service_account(ns).items:
+            assert time.monotonic() < deadline, "no default ServiceAccount"
+            time.sleep(0.5)
+        operator.start()
+        other = type(shipyard)(custom_objects, core_v1, ns)
+        other.task("delivery", files)
+        other.trial("delivery-oracle", "delivery")
+        other.trial("delivery-nop", "delivery", {"name": "nop"})
+        deadline, inits = time.monotonic() + 60, set()
+        while not inits and time.monotonic() < deadline:  # the pod, while it runs
+            for pod in core_v1.list_namespaced_pod(ns).items:
+                inits |= {c.name for c in pod.spec.init_containers or []}
+            time.sleep(0.2)
+        assert RUNNER_INIT_CONTAINER in inits, inits
+        assert other.wait("delivery-oracle")["status"]["reward"] == 1.0
+        assert other.wait("delivery-nop")["status"]["reward"] == 0.0
+        assert not [cm for cm in core_v1.list_namespaced_config_map(ns).items
+                    if cm.metadata.name.startswith("shipyard-runner-go-")]
+    finally:
+        operator.stop()
+        core_v1.delete_namespace(ns)
