@@ -169,14 +169,16 @@ def _first_trial_pod(cluster, namespace: str, trial: str, timeout: float = 120) 
 def test_hello_world_example_gets_its_rewards(cluster, install):
     ns = install.watched_ns
     cluster.kubectl_run("-n", ns, "apply", "-f", str(HELLO))
-    # The chart's default runner: the static Go runner, copied out of the operator's own image
-    # by the pod's init container and mounted read-only (no runner.sh ConfigMap volume).
+    # The chart's default runner: the static Go runner the operator's image carries, mounted
+    # read-only from the immutable ConfigMaps the operator made in the namespace (no init
+    # container, no runner.sh ConfigMap volume).
     pod = _first_trial_pod(cluster, ns, "hello-world-oracle")
-    (runner,) = [c for c in pod["spec"].get("initContainers", []) if c["name"] == "runner"]
-    assert runner["image"] == install.image
-    assert runner["command"] == ["/runner", "install", "/shipyard/bin/runner"]
+    assert not [c for c in pod["spec"].get("initContainers", []) if c["name"] == "runner"]
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "runner")
-    assert "emptyDir" in volume and "configMap" not in volume
+    names = [s["configMap"]["name"] for s in volume["projected"]["sources"]]
+    assert len(names) >= 3 and all(n.startswith("shipyard-runner-go-") for n in names), volume
+    for name in names:
+        assert _json(cluster, "-n", ns, "get", "configmap", name)["immutable"] is True
     cluster.kubectl_run("-n", ns, "wait", "--for=condition=Complete", "trial/hello-world-oracle",
                         "trial/hello-world-nop", "--timeout=180s", timeout=200)
     assert _wait_trial(cluster, ns, "hello-world-oracle")["status"]["reward"] == 1.0
