@@ -143,6 +143,12 @@ def test_with_the_runner_s_configmaps_no_init_container_and_the_parts_mounted_re
     assert runner_configmap_names(runner, loader + b"x").names[0] != names.names[0]
 
 
+def test_the_loader_looks_for_the_parts_where_the_pod_mounts_them() -> None:
+    """runner/loader/loader.c has the parts' path built in: the runner's path and `.N`."""
+    source = (Path(__file__).resolve().parents[3] / "runner" / "loader" / "loader.c").read_text()
+    assert f'#define DIR "{RUNNER_PATH}."' in source
+
+
 def test_pod_is_owned_by_the_trial_as_its_controller() -> None:
     pod = render(trial_body())
     (owner,) = pod["metadata"]["ownerReferences"]
