@@ -15,7 +15,8 @@
   pod (each run waits for the pool to be ready again), and without (the cold figure beside it).
 
 Each arm has a namespace and an operator of its own and starts on a quiet node
-(`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor. Arms run
+(`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor, and under
+each where the node's CPU went per pod or trial (`cpuacct`). Arms run
 in the order given and may repeat (`floor,cold,warm,floor,warm,cold`: a later floor is
 printed beside the first) to see the noise of a shared node.
 """
