@@ -90,8 +90,23 @@ func chain(limit, size int64, phases []string) int {
 		if !exists(s+"/done") || value(s+"/rc", "") != "0" {
 			break
 		}
+		settled(id)
 	}
 	return 0
+}
+
+// settled: until the supervisor of a phase that is done has also left it (`finish` writes
+// `done`, then clears `running` and the probe's busy file), at most 2 s. The next phase of a
+// chain starts only then: started in between, its `running` and busy file could be cleared
+// by the previous phase's `finish` (the probe then never turns idle at its end and the
+// operator waits for its deadline) or its busy file left for good.
+func settled(id string) {
+	for i := 0; i < 200; i++ {
+		if value(P.state+"/running", "") != id && !exists(P.probe+"/busy") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func readChain(data []byte) (map[string][]byte, error) {
