@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shipyard.plan.settings import LOCAL_PROBE_IMAGE
-from tests.conftest import BUILDKIT_TLS_DIR, TEST_NAMESPACE_PREFIX
+from tests.conftest import BUILDKIT_TLS_DIR, TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
@@ -87,6 +87,36 @@ class OperatorProcess:
 
 
 _OPERATORS: list[OperatorProcess] = []
+
+
+def own_operator(cluster, core_v1, log_path: Path, kind: str,
+                 extra_env: dict[str, str] | None = None, metrics_port: int = 0
+                 ) -> tuple[str, OperatorProcess]:
+    """A test namespace of its own (`<prefix><kind>-<hex>`) and an operator serving only it
+    (the local cluster's settings, a Lease of its own, `extra_env`), started once the
+    namespace's default ServiceAccount exists. The caller stops it and deletes the namespace."""
+    import uuid
+
+    from kubernetes import client
+
+    ns = f"{TEST_NAMESPACE_PREFIX}{kind}-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
+    operator = OperatorProcess(
+        cluster.kubeconfig, log_path,
+        {**build_env(cluster.local), **lease_env(f"shipyard-operator-{ns}", f"{ns}-operator"),
+         **(extra_env or {})}, namespaces=(ns,), metrics_port=metrics_port)
+    try:
+        deadline = time.monotonic() + 60
+        while not core_v1.list_namespaced_service_account(ns).items:
+            assert time.monotonic() < deadline, "no default ServiceAccount"
+            time.sleep(0.5)
+        operator.start()
+    except BaseException:
+        operator.stop()
+        core_v1.delete_namespace(ns)
+        raise
+    return ns, operator
 
 
 @pytest.hookimpl(wrapper=True)

@@ -26,7 +26,7 @@ import pytest
 
 from shipyard.reconcile.trial_metrics import DURATION_BUCKETS
 from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
-from tests.e2e.conftest import GROUP, VERSION, OperatorProcess, build_env, lease_env
+from tests.e2e.conftest import GROUP, VERSION, OperatorProcess, own_operator
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, sweep_trials, wait_sweep
 from tests.harbor_venv import VIEWER_CLIENT, harbor_python, harbor_view
@@ -132,24 +132,13 @@ class Observed:
 def observed(cluster, crds, core_v1, custom_objects, tmp_path_factory) -> Iterator[Observed]:
     """The sweep, run by an operator of its own (its histograms hold this sweep's Trials only)
     serving one namespace outside `<prefix>-*`, scraped every second by Prometheus."""
-    from kubernetes import client
 
     workdir = tmp_path_factory.mktemp("observe")
-    ns = f"{TEST_NAMESPACE_PREFIX}obs-{uuid.uuid4().hex[:6]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
     port = free_port()
-    operator = OperatorProcess(
-        cluster.kubeconfig, workdir / "operator.log",
-        {**build_env(cluster.local), **lease_env(f"shipyard-operator-{ns}", f"{ns}-operator")},
-        namespaces=(ns,), metrics_port=port)
+    ns, operator = own_operator(cluster, core_v1, workdir / "operator.log", "obs",
+                                metrics_port=port)
     prometheus = None
     try:
-        deadline = time.monotonic() + 60
-        while not core_v1.list_namespaced_service_account(ns).items:
-            assert time.monotonic() < deadline, "no default ServiceAccount"
-            time.sleep(0.5)
-        operator.start()
         prometheus = Prometheus(workdir, port)
         for name, test in (("rnd", RANDOM_TEST), ("noreward", "#!/bin/sh\ntrue\n")):
             custom_objects.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",

@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
-
-from kubernetes import client
 
 from shipyard.api.conventions import RUNNER_INIT_CONTAINER
 from shipyard.api.models import GROUP, VERSION
 from shipyard.api.task_source import BUNDLE_KEY, build_bundle
-from tests.conftest import TEST_NAMESPACE_LABEL, TEST_NAMESPACE_PREFIX
-from tests.e2e.conftest import (
-    ROOT,
-    OperatorProcess,
-    build_env,
-    condition,
-    lease_env,
-    task_files,
-)
+from tests.e2e.conftest import ROOT, condition, own_operator, task_files
 
 HELLO = ROOT / "examples" / "hello-world"
 REWARD_FROM_FILE = 'if grep -q ok /app/out.txt 2>/dev/null; then echo 1; else echo 0; fi ' \
@@ -389,19 +378,9 @@ def test_the_runner_comes_from_configmaps_or_an_init_container_and_scores_alike(
     assert len(parts) >= 3 and all(cm.immutable for cm in parts), parts
     assert sum(len(base64.b64decode(v)) for cm in parts for v in cm.binary_data.values()) > 2e6
 
-    ns = f"{TEST_NAMESPACE_PREFIX}init-{uuid.uuid4().hex[:6]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
-    operator = OperatorProcess(
-        cluster.kubeconfig, tmp_path_factory.mktemp("init") / "operator.log",
-        {**build_env(cluster.local), **lease_env(f"shipyard-operator-{ns}", f"{ns}-operator"),
-         "SHIPYARD_RUNNER_FILES": "none"}, namespaces=(ns,))
+    ns, operator = own_operator(cluster, core_v1, tmp_path_factory.mktemp("init") / "operator.log",
+                                "init", {"SHIPYARD_RUNNER_FILES": "none"})
     try:
-        deadline = time.monotonic() + 60
-        while not core_v1.list_namespaced_service_account(ns).items:
-            assert time.monotonic() < deadline, "no default ServiceAccount"
-            time.sleep(0.5)
-        operator.start()
         other = type(shipyard)(custom_objects, core_v1, ns)
         other.task("delivery", files)
         other.trial("delivery-oracle", "delivery")
