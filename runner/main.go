@@ -16,7 +16,7 @@ import (
 )
 
 const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
-	"chain LIMIT SIZE ID[:KEY]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
+	"chain LIMIT SIZE [artifacts=N] ID[:KEY|:-]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
 	"stop ID [LIMIT] | ready | artifacts LIMIT | sweep | " +
 	"put-secrets ID | install DEST"
 
@@ -96,6 +96,11 @@ func strArg(args []string, i int) string {
 }
 
 func main() {
+	// Not dumpable: task code (root, without CAP_SYS_PTRACE) cannot read this process's memory,
+	// environment or open files through /proc or ptrace, e.g. a chain's upload held for a
+	// phase after the agent's (docs/runner-protocol.md, "chain"). Every runner process does
+	// this first; an exec'd child (task code) is dumpable again from its own execve.
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
 	setup()
 	syscall.Umask(0o022)
 	signal.Notify(woken, syscall.SIGUSR1)

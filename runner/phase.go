@@ -60,9 +60,25 @@ func launch(id string, size, limit int64, key string, givenBase int64) int {
 	return 0
 }
 
-// chain LIMIT SIZE ID[:KEY]...: one tar of ID.tar bundles, launched one after the other while
-// each ends within the grace with exit code 0.
-func chain(limit, size int64, phases []string) int {
+// chain LIMIT SIZE [artifacts=N] ID[:KEY]...: one tar of ID.tar bundles, launched one after
+// the other while each ends within the grace with exit code 0. A key given as `-` is the tar's
+// `ID.key` (not on the command line, which every process of the pod can read: a phase chained
+// after task code keeps its key from that code). With artifacts=N the last phase's answer, once
+// done, carries the packed artifacts tar (as `result ID LIMIT 0 N`).
+func chain(limit, size int64, args []string) int {
+	var arts int64
+	var phases []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "artifacts="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				die(2, "shipyard runner: %q is not a number", v)
+			}
+			arts = n
+		} else {
+			phases = append(phases, a)
+		}
+	}
 	data, got, err := readExactly(size)
 	var bundles map[string][]byte
 	if err == nil {
@@ -78,10 +94,20 @@ func chain(limit, size int64, phases []string) int {
 	}
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
-	for _, phase := range phases {
+	for i, phase := range phases {
 		id, key, _ := strings.Cut(phase, ":")
 		if !validID(id) {
 			break
+		}
+		if key == "-" {
+			key = strings.TrimSpace(string(bundles[id+".key"]))
+			if key == "" { // a hidden key is never empty: not launched without it
+				fmt.Fprintf(os.Stderr, "shipyard runner: no key of phase %s in the chain\n", id)
+				break
+			}
+		}
+		if i == len(phases)-1 {
+			artsLimit = arts
 		}
 		fmt.Fprintf(out, "=== %s\n", id)
 		out.Flush()

@@ -568,3 +568,56 @@ def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
     assert agent_log.count("attack memfd: refused") == int(seen.group(1)), agent_log
     log = _verifier_log(shipyard, attacked)
     assert "runner=elf" in log and "runner=ro" in log, log
+
+
+HELD_VERIFIER_ATTACKS = r"""
+loot=/tmp/loot; : > $loot; n=0
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$cmd" in *"/shipyard/bin/runner "*|*"runner supervise"*) ;; *) continue;; esac
+  n=$((n + 1)); echo "runner ${p#/proc/}: $cmd" >> $loot
+  cat $p/environ >> $loot 2>/dev/null && echo "read environ of ${p#/proc/}"
+  cat $p/maps >> $loot 2>/dev/null && echo "read maps of ${p#/proc/}"
+  for fd in $p/fd/*; do
+    timeout 1 cat $fd >> $loot 2>/dev/null && echo "read $fd"
+  done
+done
+echo "runner processes seen: $n"
+if grep -q 7c1e-answer-key $loot; then echo 7c1e-answer-key > /tmp/answer.txt; echo LEAKED; fi
+key=$(grep -o 'verifier:[0-9a-f]\{8,\}' $loot | head -1 | cut -d: -f2)
+if [ -n "$key" ]; then
+  echo "KEY SEEN"
+  s=/shipyard/state/verifier p=/shipyard/phases/verifier
+  mkdir -p $s $p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo "$key" > $s/key
+  echo 0 > $s/rc && date -u +%Y-%m-%dT%H:%M:%SZ > $s/started && cp $s/started $s/finished
+  echo /logs/verifier/reward.txt > $p/collect && : > $s/done
+fi
+"""
+
+
+def test_an_agent_cannot_read_the_verifier_the_runner_holds_for_after_it(shipyard, operator):
+    """One exec runs a quick single-step trial's environment, agent and shared verifier
+    (`machine.folds_verifier`): while the agent runs, the runner holds the verifier's bundle
+    (the answer key in /tests) and launch key. A root agent that reads every runner
+    process's command line, environment, memory maps and open files (the upload's pipe among
+    them) finds neither, and its forged verifier state is discarded: the real test scores 0.
+    The oracle scores 1 the same way, and both trials took a single exec."""
+    shipyard.task("held", shared_task(None, None))
+    shipyard.trial("held-attack", "held", {"name": "command", "command": HELD_VERIFIER_ATTACKS})
+    shipyard.trial("held-oracle", "held")
+    attacked = shipyard.wait("held-attack", timeout=180)
+    oracle = shipyard.wait("held-oracle", timeout=180)
+    assert oracle["status"].get("reward") == 1.0, brief(oracle["status"])
+    assert attacked["status"]["phase"] == "Completed", brief(attacked["status"])
+    assert attacked["status"].get("reward") == 0.0, brief(attacked["status"])
+    agent_log = shipyard.core.read_namespaced_config_map(
+        attacked["status"]["logsConfigMap"], shipyard.namespace).data["agent.log"]
+    seen = re.search(r"runner processes seen: (\d+)", agent_log)
+    assert seen and int(seen.group(1)) >= 2, agent_log  # the chain's exec, the supervisor
+    for leak in ("read environ", "read maps", "read /proc", "LEAKED", "KEY SEEN"):
+        assert leak not in agent_log, agent_log
+    for trial in (attacked, oracle):
+        pod = trial["status"]["podName"]
+        execs = [line for line in operator.log().splitlines()
+                 if f"exec {shipyard.namespace}/{pod}:" in line]
+        assert len(execs) == 1 and "verifier:-" in execs[0], execs

@@ -102,12 +102,17 @@ def launch(namespace: str, pod: str, phase_id: str, bundle: bytes, log_limit: in
 
 
 def chain(namespace: str, pod: str, phases: list[tuple[str, str]], bundle: bytes,
-          log_limit: int) -> Reply:
+          log_limit: int, artifacts_limit: int = 0, hidden_keys: bool = False) -> Reply:
     """Launch several phases (id, launch key) one after the other (`build_chain_bundle`), each
     once the one before ended with exit code 0; prints each launched phase's status after
-    `=== ID`."""
-    return _runner(namespace, pod, ["chain", str(log_limit), str(len(bundle)),
-                                    *(f"{i}:{k}" for i, k in phases)], bundle)
+    `=== ID` (the last one's, once done, with the packed artifacts tar when
+    `artifacts_limit`). `hidden_keys`: the keys are in the bundle, not on the command line
+    (the current Go runner only)."""
+    args = ["chain", str(log_limit), str(len(bundle))]
+    if artifacts_limit:
+        args.append(f"artifacts={artifacts_limit}")
+    args += [f"{i}:-" if hidden_keys else f"{i}:{k}" for i, k in phases]
+    return _runner(namespace, pod, args, bundle, artifacts_limit=artifacts_limit)
 
 
 def result(namespace: str, pod: str, phase_id: str, log_limit: int, wait_sec: int = 0,

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shipyard.api.conventions import LABEL_NETWORK, PROBE_CONTAINER, parse_time
+from shipyard.api.conventions import (
+    LABEL_NETWORK,
+    PROBE_CONTAINER,
+    RUNNER_INIT_CONTAINER,
+    parse_time,
+)
 
 IMAGE_PULL_REASONS = {
     "ErrImagePull",
@@ -59,6 +64,9 @@ class PodObservation:
     runner: str | None = None
     """The runner ConfigMap the pod mounts (content-addressed: which runner it has; a pod made
     by an older operator keeps an older one)."""
+    go_runner: str | None = None
+    """The Go runner the pod has: its first ConfigMap part (named by content), or the image of
+    its runner init container; None with runner.sh."""
 
     @classmethod
     def absent(cls) -> PodObservation:
@@ -132,7 +140,18 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
+        go_runner=go_runner_of(pod.get("spec") or {}),
     )
+
+
+def go_runner_of(spec: dict[str, Any]) -> str | None:
+    """Which Go runner a pod's spec gives it (`PodObservation.go_runner`)."""
+    for v in spec.get("volumes") or []:
+        if v.get("name") == "runner" and v.get("projected"):
+            sources = v["projected"].get("sources") or [{}]
+            return (sources[0].get("configMap") or {}).get("name")
+    return next((c.get("image") for c in spec.get("initContainers") or []
+                 if c.get("name") == RUNNER_INIT_CONTAINER), None)
 
 
 SERVICE_LOG_LINES = 15

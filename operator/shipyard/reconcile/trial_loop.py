@@ -123,6 +123,9 @@ class RunExec:
     phases: tuple[str, ...]
     wait: int = 0
     artifacts: bool = False
+    folded: bool = False
+    """The verifier chained after the agent (`machine.folds_verifier`): every phase's launch
+    key goes in the upload, not on the command line."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,7 @@ class ExecProgress:
     pod: str
     wait: int = 0
     artifacts: bool = False
+    folded: bool = False
     attempt: int = 0
     unavailable: int = 0
     runner_ran: bool = False
@@ -345,6 +349,8 @@ class LoopState:
     pod_network: Mapping[str, tuple[str | None, datetime | None]] = field(default_factory=dict)
     pod_runners: Mapping[str, str] = field(default_factory=dict)
     current_runner: str = ""
+    pod_go_runners: Mapping[str, str] = field(default_factory=dict)
+    current_go_runner: str = ""
     admission: bool = False  # Kueue admits its pods
     keep_tries: int = 0
     packed: tuple[str, PackedArtifacts] | None = None
@@ -515,10 +521,14 @@ def _machine_action(state: LoopState, plan: TrialPlan, action: machine.Action, n
             assert pod is not None
             runner = state.pod_runners.get(pod)
             current = runner is None or runner == state.current_runner
-            phases = tuple(machine.chained_phases(plan, phase, current))
-            asks = phases == (phase,) and asks_artifacts(plan, phase)
+            fold = machine.folds_verifier(state.pod_go_runners.get(pod), state.current_go_runner,
+                                          pod, state.status.task_code_sent)
+            phases = tuple(machine.chained_phases(plan, phase, current, fold))
+            folded = fold and len(phases) > 1 and plan.phase(phases[-1]).name == "verifier"
+            asks = (phases == (phase,) or folded) and asks_artifacts(plan, phases[-1])
             return _exec_step(replace(state, exec=ExecProgress("launch", phase, phases, pod,
-                                                               artifacts=asks)), plan, now)
+                                                               artifacts=asks, folded=folded)),
+                              plan, now)
         case machine.ReadResult(phase=phase, wait_sec=wait):
             pod = machine.pod_name(state.status, plan.phase(phase).pod)
             assert pod is not None
@@ -627,7 +637,7 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
         if write_policy.write_before_exec(state.unsaved_exec_sec, state.unsaved_execs) or (
                 (state.status.task_code_sent or []) != (state.saved.task_code_sent or [])):
             return flush_action(state), state  # a restart redoes at most two execs
-        return RunExec(ex.command, ex.pod, ex.phases, ex.wait, ex.artifacts), state
+        return RunExec(ex.command, ex.pod, ex.phases, ex.wait, ex.artifacts, ex.folded), state
     if isinstance(d, exec_policy.SecretsMissing):
         state = take(state, *machine.fail(state.status, Reason.SECRET_NOT_FOUND,
                                           exec_policy.missing_secrets_message(
@@ -645,6 +655,10 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
             ex = replace(ex, attempt=ex.attempt + 1)
         else:
             ex = replace(ex, unavailable=ex.unavailable + 1)
+        if ex.folded:  # tried again, the agent may already run: the verifier waits its turn
+            ex = replace(ex, phases=ex.phases[:-1], folded=False,
+                         artifacts=ex.phases[:-1] == (ex.phase,)
+                         and asks_artifacts(plan, ex.phase))
         return Pause(d.delay), replace(state, exec=replace(ex, decided=None, secrets_ok=False))
     assert isinstance(d, exec_policy.Answered)
     state = replace(state, exec=None)
@@ -696,17 +710,19 @@ def absorb(state: LoopState, seen: Observation, now: datetime) -> LoopState:
         case TrialSeen(cancel_requested=cancel, evicted=evicted):
             return replace(state, cancel_requested=cancel, evicted=evicted)
         case PodsSeen(env=env, verifier=verifier):
-            runners, found = dict(state.pod_runners), []
+            runners, go_runners, found = dict(state.pod_runners), dict(state.pod_go_runners), []
             for name, obs in ((state.status.pod_name, env),
                               (state.status.verifier_pod_name, verifier)):
                 if obs.runner is not None and name is not None:
                     runners[name] = obs.runner
+                if obs.go_runner is not None and name is not None:
+                    go_runners[name] = obs.go_runner
                 if obs.exists and name in state.pod_network:
                     key, settled = state.pod_network[name]
                     obs = replace(obs, network=key, network_settled_at=settled)
                 found.append(obs)
             return replace(state, pods=machine.Pods(env=found[0], verifier=found[1]),
-                           pod_runners=runners)
+                           pod_runners=runners, pod_go_runners=go_runners)
         case Woken(woken=woken):
             if not state.holding:
                 return state

@@ -10,7 +10,7 @@ between the two therefore never mistakes the cleanup for a lost pod.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -877,28 +877,55 @@ def starting_pod(status: TrialStatus) -> bool:
     return rec is not None and not rec.launched and rec.name == "environment"
 
 
-def chained_phases(plan: TrialPlan, phase_id: str, current_runner: bool = True) -> list[str]:
+def chained_phases(plan: TrialPlan, phase_id: str, current_runner: bool = True,
+                   fold_verifier: bool = False) -> list[str]:
     """The phases one exec launches: `phase_id`, and when it is the environment pod's own
     preparation (Shipyard's `environment` phase, no task code) the phase after it, started
-    by the runner as soon as it ends with exit code 0 (`runner chain`). Never past a phase
-    that runs task code: while it runs, its processes could reach what the exec holds for
-    the next one (a staged bundle, or the waiting runner itself, as the same user), so a
-    verifier is launched by an exec of its own, after the agent's processes are swept. Not
-    under a restricted network (each phase then needs its own policy label first), nor into
-    a phase that needs Secrets. Nor in a pod whose runner is not the current one (made by an
-    older operator before an upgrade): `launch` is what every runner understands."""
+    by the runner as soon as it ends with exit code 0 (`runner chain`). Not under a
+    restricted network (each phase then needs its own policy label first), nor into a phase
+    that needs Secrets. Nor in a pod whose runner is not the current one (made by an older
+    operator before an upgrade): `launch` is what every runner understands.
+
+    Past a phase that runs task code only with `fold_verifier` (`folds_verifier`: the pod's
+    runner is the current Go runner, not dumpable, and this is the first exec of task code
+    into the pod, so no process of task code can race it): a single-step trial's agent phase
+    and then its shared verifier, started by the runner once the agent's phase ended with
+    exit code 0 within the launch's grace and its processes were swept, exactly where the
+    operator would launch it (`_on_result` goes on to the verifier after any agent phase of
+    a single step that exits 0). The verifier's bundle and key are held by the runner
+    meanwhile, out of reach of the agent (root without CAP_SYS_PTRACE); an agent that kills
+    the runner only costs the verifier an exec of its own, as without the fold."""
     spec = plan.phase(phase_id)
-    if spec.name != "environment" or (plan.network is not None and plan.network.restricted) or (
-            not current_runner):
+    if (plan.network is not None and plan.network.restricted) or not current_runner:
         return [phase_id]
     ids = [p.id for p in plan.phases]
-    at = ids.index(phase_id)
-    after = plan.phases[at + 1] if at + 1 < len(ids) else None
-    # A phase that needs Secrets gets them just before its own launch (each launch clears
-    # the other phases' secret drops).
-    if after is not None and after.pod == spec.pod and not after.secrets:
-        return [phase_id, ids[at + 1]]
-    return [phase_id]
+    chain = [phase_id]
+    if spec.name == "environment":
+        at = ids.index(phase_id)
+        after = plan.phases[at + 1] if at + 1 < len(ids) else None
+        # A phase that needs Secrets gets them just before its own launch (each launch clears
+        # the other phases' secret drops).
+        if after is None or after.pod != spec.pod or after.secrets:
+            return chain
+        chain.append(after.id)
+    last = plan.phase(chain[-1])
+    if fold_verifier and last.name == "agent" and len(plan.steps) == 1:
+        at = ids.index(last.id)
+        after = plan.phases[at + 1] if at + 1 < len(ids) else None
+        if (after is not None and after.name == "verifier" and after.pod == last.pod
+                and not after.secrets):
+            chain.append(after.id)
+    return chain
+
+
+def folds_verifier(go_runner: str | None, current_go_runner: str, pod: str,
+                   task_code_sent: Sequence[str] | None) -> bool:
+    """`chained_phases` may chain the verifier after the agent: the pod's runner is the
+    current Go runner (not dumpable, and it reads a key given as `-` from its upload) and no
+    launch of task code was sent into the pod before (on record before it is sent: a retried
+    or restarted exec never folds, since the agent may then already run and race it)."""
+    return (bool(go_runner) and go_runner == current_go_runner
+            and pod not in (task_code_sent or []))
 
 
 def _last_step(plan: TrialPlan, step: str | None) -> bool:

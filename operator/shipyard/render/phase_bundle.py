@@ -6,6 +6,7 @@ import io
 import json
 import shlex
 import tarfile
+from collections.abc import Sequence
 
 from shipyard.plan.phases import EnvironmentScript, PhaseSpec, VerifierEnvironmentScript
 from shipyard.render.phase_scripts import phase_scripts
@@ -62,13 +63,16 @@ def build_phase_bundle(phase_id: str, phase: PhaseSpec) -> bytes:
     return buf.getvalue()
 
 
-def build_chain_bundle(bundles: list[tuple[str, bytes]]) -> bytes:
-    """The tar `runner chain` reads: each phase's own bundle as `<phase id>.tar`."""
+def build_chain_bundle(bundles: list[tuple[str, bytes]],
+                       keys: Sequence[tuple[str, str]] = ()) -> bytes:
+    """The tar `runner chain` reads: each phase's own bundle as `<phase id>.tar`, and each
+    launch key of `keys` (given as `-` on the command line) as `<phase id>.key`."""
     buf = io.BytesIO()
+    members = [(f"{i}.tar", b) for i, b in bundles] + [(f"{i}.key", k.encode()) for i, k in keys]
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for phase_id, bundle in bundles:
-            info = tarfile.TarInfo(f"{phase_id}.tar")
-            info.size = len(bundle)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
             info.mode = 0o600
-            tar.addfile(info, io.BytesIO(bundle))
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()

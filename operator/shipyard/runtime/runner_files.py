@@ -34,6 +34,15 @@ def runner_of(settings: OperatorSettings) -> Runner:
     return settings.runner_image
 
 
+def go_runner_name(settings: OperatorSettings) -> str:
+    """Which Go runner `runner_of` gives pods, as `PodObservation.go_runner` reads it from a
+    pod (its first ConfigMap, or its image); empty with runner.sh."""
+    runner = runner_of(settings)
+    if isinstance(runner, RunnerConfigMaps):
+        return runner.names[0]
+    return runner or ""
+
+
 def ensure_runner(settings: OperatorSettings, namespace: str) -> Runner:
     """(In a thread) `runner_of`, its ConfigMaps made in `namespace` first (once a process)."""
     runner = runner_of(settings)

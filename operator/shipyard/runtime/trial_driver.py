@@ -36,6 +36,7 @@ from shipyard.render.pod import logs_configmap_name, runner_configmap_name
 from shipyard.runtime import images as image_builds
 from shipyard.runtime import kueue, wake
 from shipyard.runtime.config import cluster_network_settings
+from shipyard.runtime.runner_files import go_runner_name
 from shipyard.runtime.task_files import TaskUnavailable, load_task_by_name
 from shipyard.runtime.trial_executor import KubeTrialExecutor
 from shipyard.taskformat import LoadedTask
@@ -64,7 +65,8 @@ class TrialDriver:
             task_name=(spec.get("taskRef") or {}).get("name", ""),
             agent_name=(spec.get("agent") or {}).get("name", ""),
             retries=int(spec.get("retries") or 0), keep=bool(spec.get("keepPods")),
-            settle_sec=settings.network_settle_sec, current_runner=runner_configmap_name())
+            settle_sec=settings.network_settle_sec, current_runner=runner_configmap_name(),
+            current_go_runner=go_runner_name(settings))
         self.waker = wake.waiter(wake.TRIAL, self.namespace, self.name)
         self.executor = executor or KubeTrialExecutor(body, settings, self.waker, logger)
         self.executor.drop_wait = self.drop_wait

@@ -287,10 +287,11 @@ class KubeTrialExecutor:
                                          launch_key(uid, attempt, action.phases[0]), base,
                                          artifacts)
         else:
-            reply = await self.exec_call(kube_runner.chain, self.namespace, pod,
-                                         [(p, launch_key(uid, attempt, p))
-                                          for p in action.phases],
-                                         build_chain_bundle(bundles), limit)
+            keys = [(p, launch_key(uid, attempt, p)) for p in action.phases]
+            reply = await self.exec_call(kube_runner.chain, self.namespace, pod, keys,
+                                         build_chain_bundle(bundles, keys if action.folded
+                                                            else ()),
+                                         limit, artifacts, action.folded)
         return self._reply("exec", reply, started, tuple(events))
 
     async def waiting(self, pod_name: str, fn, *args) -> kube_runner.Reply:

@@ -16,6 +16,7 @@ from shipyard.plan.phases import REWARD_JSON, REWARD_TXT, TEST_STDOUT, TrialPlan
 from shipyard.reconcile import trial_machine as m
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
 from shipyard.reconcile.runner_output import CollectedFile, PhaseStatus
+from shipyard.taskformat import load_task_files
 from tests.unit.helpers import (
     HELLO_TOML,
     T0,
@@ -225,12 +226,52 @@ def test_no_chain_in_a_pod_with_an_older_runner() -> None:
 
 
 def test_only_the_environment_phase_is_chained_with_the_next_one() -> None:
-    """Never past task code: a verifier staged (or awaited by the same runner) while the agent
-    runs would be within the agent's reach."""
+    """Past task code only when folding the verifier (below): a verifier staged (or awaited by
+    a runner the agent could read) while the agent runs would be within the agent's reach."""
     plan = plan_for()
     assert m.chained_phases(plan, "environment") == ["environment", "agent"]
     assert m.chained_phases(plan, "agent") == ["agent"]
     assert m.chained_phases(plan, "verifier") == ["verifier"]
+
+
+def test_the_verifier_is_folded_after_the_agent_only_when_asked() -> None:
+    """`fold_verifier` (the pod's runner is the current Go runner and no task code was sent
+    into the pod): a single-step trial's shared verifier chained after its agent."""
+    plan = plan_for()
+    assert m.chained_phases(plan, "environment", fold_verifier=True) == [
+        "environment", "agent", "verifier"]
+    assert m.chained_phases(plan, "agent", fold_verifier=True) == ["agent", "verifier"]
+    assert m.chained_phases(plan, "verifier", fold_verifier=True) == ["verifier"]
+    assert m.chained_phases(plan, "environment", current_runner=False,
+                            fold_verifier=True) == ["environment"]
+
+
+def test_the_verifier_is_not_folded_into_another_pod_or_a_step() -> None:
+    toml = HELLO_TOML.replace("[verifier]", '[verifier]\nenvironment_mode = "separate"')
+    plan = plan_for(task(toml))
+    assert m.chained_phases(plan, "environment", fold_verifier=True) == ["environment", "agent"]
+    toml = ('schema_version = "1.4"\n[environment]\ndocker_image = "python:3.12-slim"\n'
+            + "".join(f'[[steps]]\nname = "{n}"\n' for n in ("one", "two")))
+    files = {"task.toml": toml, **{f"steps/{n}/{f}": "#!/bin/bash\necho 1\n"
+                                   for n in ("one", "two")
+                                   for f in ("instruction.md", "tests/test.sh",
+                                             "solution/solve.sh")}}
+    steps = plan_for(load_task_files({k: v.encode() for k, v in files.items()}, name="steps"))
+    first = next(p.id for p in steps.phases if p.name == "agent")
+    assert m.chained_phases(steps, first, fold_verifier=True) == [first]
+
+
+def test_the_verifier_folds_only_into_the_first_exec_of_task_code_with_the_current_runner(
+        ) -> None:
+    assert m.folds_verifier("shipyard-runner-go-abc-0", "shipyard-runner-go-abc-0", POD, [])
+    assert m.folds_verifier("img:1", "img:1", POD, None)
+    # Task code was sent into the pod (a retried or restarted exec): the agent may run.
+    assert not m.folds_verifier("shipyard-runner-go-abc-0", "shipyard-runner-go-abc-0", POD,
+                                [POD])
+    # runner.sh, or the Go runner of an older operator (an upgrade).
+    assert not m.folds_verifier(None, "shipyard-runner-go-abc-0", POD, [])
+    assert not m.folds_verifier("shipyard-runner-go-old-0", "shipyard-runner-go-abc-0", POD, [])
+    assert not m.folds_verifier("", "", POD, [])
 
 
 def test_a_chain_ends_at_another_pod() -> None:

@@ -463,6 +463,34 @@ def test_a_chain_stops_at_a_failed_or_slow_phase(runner: Runner) -> None:
     assert runner.status("next").state == "none"
 
 
+@pytest.mark.parametrize("runner", ["go"], indirect=True)  # the Go runner's alone
+def test_a_chain_takes_hidden_keys_from_its_upload_and_carries_the_last_phase_s_artifacts(
+        runner: Runner) -> None:
+    """`ID:-`: the key is the upload's `ID.key`, never on the command line (which task code
+    running meanwhile can read); `artifacts=N`: the last phase's answer carries the packed tar
+    (the folded verifier's, `machine.folds_verifier`)."""
+    packed = runner.root / "state" / "artifacts.tar"
+    phases = [("agent", phase("echo agent")),
+              ("verifier", phase(f"mkdir -p {packed.parent}; printf tar > {packed}; echo v"))]
+    keys = [(i, launch_key("trial-uid", 1, i)) for i, _ in phases]
+    bundle = build_chain_bundle([(i, build_phase_bundle(i, p)) for i, p in phases], keys)
+    res = runner.run("chain", "262144", str(len(bundle)), "artifacts=100", "agent:-",
+                     "verifier:-", stdin=bundle)
+    assert res.returncode == 0, res.stderr
+    out = parse_chain_output(res.stdout.decode())
+    assert [(i, r.exit_code) for i, r in out] == [("agent", 0), ("verifier", 0)]
+    assert out[0][1].artifacts is None  # asked of the last phase only
+    assert out[1][1].artifacts is not None and out[1][1].artifacts.data == b"tar"
+    assert (runner.root / "state" / "verifier" / "key").read_text().strip() == keys[1][1]
+    # Launched again with its key on the command line: a retry, never a second run.
+    assert runner.launch("verifier", phase("echo never")).output == "v\n"
+    # A hidden key missing from the upload: not launched.
+    bundle = build_chain_bundle([("other", build_phase_bundle("other", phase("echo x")))])
+    res = runner.run("chain", "262144", str(len(bundle)), "other:-", stdin=bundle)
+    assert res.stdout == b"" and b"no key of phase other" in res.stderr
+    assert runner.status("other").state == "none"
+
+
 def test_launch_waits_for_a_quick_phase_but_not_for_a_slow_one(runner: Runner) -> None:
     wait_for_go, go = gate(runner)
     began = time.monotonic()
