@@ -536,18 +536,20 @@ try loader 'cp /bin/true /shipyard/bin/runner'
 try data-link 'rm -f /shipyard/bin/..data'
 try remount 'mount -o remount,rw /shipyard/bin'
 n=0
-for exe in /proc/[0-9]*/exe; do
-  case "$(readlink "$exe")" in *memfd:shipyard-runner*)
-    n=$((n + 1)); try memfd "printf x >> $exe";;
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *"/shipyard/bin/runner "*|*"runner supervise"*)
+    n=$((n + 1)); try memfd "printf x >> $p/exe"
+    readlink $p/exe >/dev/null 2>&1 && echo "saw the exe of ${p#/proc/}";;
   esac
 done
-echo "runner memfds seen: $n"
+echo "runner processes seen: $n"
 """
 
 
 def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
     """Root agent, shared verifier, the Go runner from ConfigMaps (the tests' default): every
-    attack on the runner's parts, loader, mount and running memfd is refused and the reward is
+    attack on the runner's parts, loader, mount and running memfd (which a runner process,
+    not dumpable, does not even show) is refused and the reward is
     the real test's 0; the oracle still scores 1."""
     shipyard.task("runner-files", shared_task(None, None))
     shipyard.trial("runner-files-attack", "runner-files",
@@ -563,9 +565,10 @@ def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
     for attack in ("part", "extra-part", "loader", "data-link", "remount"):
         assert f"attack {attack}: refused" in agent_log, agent_log
     assert "done" not in agent_log, agent_log
-    seen = re.search(r"runner memfds seen: (\d+)", agent_log)
+    seen = re.search(r"runner processes seen: (\d+)", agent_log)
     assert seen and int(seen.group(1)) >= 1, agent_log  # the agent phase's supervisor
     assert agent_log.count("attack memfd: refused") == int(seen.group(1)), agent_log
+    assert "saw the exe" not in agent_log, agent_log  # not dumpable: not even its memfd
     log = _verifier_log(shipyard, attacked)
     assert "runner=elf" in log and "runner=ro" in log, log
 
