@@ -168,23 +168,29 @@ def test_artifacts_over_the_limit_are_refused_with_a_message(exported) -> None:
 def test_a_shared_verifiers_artifacts_come_with_its_result_not_an_exec_of_their_own(
         exported, operator) -> None:
     """The exec that sees a shared verifier end brings its artifacts tar (the Go runner): its
-    pod gets no `runner artifacts` exec (a trivial trial: two execs, the chained environment
-    and agent, and the verifier's launch); runner.sh's pods, and a separate verifier's
-    environment pod (its collect phase), are still read by that exec."""
+    pod gets no `runner artifacts` exec (a trivial trial: one exec, the environment, agent and
+    verifier chained; runner.sh: two, the verifier's launch apart); runner.sh's pods, and a
+    separate verifier's environment pod (its collect phase), are still read by that exec."""
     ns = exported[2]["metadata"]["namespace"]
     execs: dict[str, list[str]] = {}
-    for m in re.finditer(rf"exec {re.escape(ns)}/(\S+): \S*runner (\S+)(?: (\S+))?",
-                         operator.log()):
-        execs.setdefault(m[1], []).append(f"{m[2]} {m[3] or ''}".strip())
-    shared = [p for p, e in execs.items() if "launch verifier" in e and "launch collect" not in e
-              and "launch verifier-environment" not in e]
-    separate = [p for p, e in execs.items() if "launch collect" in e]
+    for m in re.finditer(rf"exec {re.escape(ns)}/(\S+): \S*runner (.*)", operator.log()):
+        execs.setdefault(m[1], []).append(m[2].strip())
+
+    def launched(e: list[str], phase: str) -> bool:
+        return any(x.startswith(f"launch {phase} ") or (x.startswith("chain ") and re.search(
+            rf" {re.escape(phase)}:", x)) for x in e)
+
+    shared = [p for p, e in execs.items() if launched(e, "verifier")
+              and not launched(e, "collect") and not launched(e, "verifier-environment")]
+    separate = [p for p, e in execs.items() if launched(e, "collect")]
     assert len(shared) == 2 and len(separate) == 1, execs  # arts and artbig; artsep
     read = f"artifacts {ARTIFACT_LIMIT}"
     go = os.environ.get("SHIPYARD_RUNNER", "go") != "sh"
     for pod in shared:
-        assert execs[pod].count(read) == (0 if go else 1), execs[pod]
-    assert execs[separate[0]].count(read) == 1, execs
+        assert sum(x.startswith(read) for x in execs[pod]) == (0 if go else 1), execs[pod]
+        if go:  # the verifier chained after the agent, in the pod's first exec
+            assert execs[pod][0].startswith("chain ") and "verifier:-" in execs[pod][0], execs
+    assert sum(x.startswith(read) for x in execs[separate[0]]) == 1, execs
 
 
 @pytest.mark.optin

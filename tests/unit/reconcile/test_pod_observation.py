@@ -7,6 +7,7 @@ import pytest
 from shipyard.api.conventions import Role
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
 from shipyard.render.pod import build_trial_pod, runner_configmap_name
+from shipyard.render.runner_parts import RunnerConfigMaps
 from tests.unit.helpers import T0, plan_for, pod, trial_body, unschedulable_pod, waiting
 
 
@@ -198,3 +199,16 @@ def test_a_pod_s_runner_is_the_configmap_it_mounts() -> None:
     manifest["spec"]["volumes"] = [v for v in manifest["spec"]["volumes"]
                                    if v["name"] != "runner"]
     assert observe_pod(manifest).runner is None
+
+
+def test_a_pod_s_go_runner_is_its_first_configmap_part_or_its_init_container_s_image() -> None:
+    """What `machine.folds_verifier` compares with the operator's own Go runner."""
+    parts = RunnerConfigMaps(("shipyard-runner-go-abc-0", "shipyard-runner-go-abc-1"))
+    from_parts = build_trial_pod(trial_body(), plan_for(), Role.ENV, None, "p", None,
+                                 runner=parts)
+    assert observe_pod(from_parts).go_runner == "shipyard-runner-go-abc-0"
+    from_image = build_trial_pod(trial_body(), plan_for(), Role.ENV, None, "p", None,
+                                 runner="localhost/runner:1")
+    assert observe_pod(from_image).go_runner == "localhost/runner:1"
+    sh = build_trial_pod(trial_body(), plan_for(), Role.ENV, None, "p", None)
+    assert observe_pod(sh).go_runner is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from shipyard.api.models import TrialStatus
@@ -46,7 +47,8 @@ class FakeExecutor:
     result is asked for. `fail_execs`: how many execs answer `failed` first (no runner)."""
 
     def __init__(self, fail_execs: int = 0, secrets_missing: bool = False,
-                 tar: bytes | int | None = None, quick_verifier: bool = False) -> None:
+                 tar: bytes | int | None = None, quick_verifier: bool = False,
+                 go_runner: str | None = None) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.calls: list[str] = []
         self.actions: list[loop.Action] = []
@@ -58,6 +60,7 @@ class FakeExecutor:
         self.plan = self.gate = self.network = None
         self.drop_wait = None
         self.pod_runners: dict[str, str] = {}
+        self.go_runner = go_runner  # its pods' Go runner (a quick chain ends within its launch)
 
     async def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
@@ -105,6 +108,9 @@ class FakeExecutor:
     async def create_pod_object(self, action: loop.CreatePodObject) -> loop.PodCreated:
         name = f"t-{action.role.value}-{len(self.pods)}"
         self.pods[name] = pod(ready=True)
+        if self.go_runner:
+            self.pods[name]["spec"]["volumes"] = [{"name": "runner", "projected": {
+                "sources": [{"configMap": {"name": self.go_runner}}]}}]
         return loop.PodCreated(action.role, name, "python:3.12-slim", "public")
 
     async def delete_pod(self, action: loop.DeletePod) -> loop.Nothing:
@@ -126,7 +132,11 @@ class FakeExecutor:
         if action.command == "launch":
             if verifier and self.quick_verifier:  # it ended within the launch's wait
                 return loop.ExecReply("exec", "ok", done, exit_code=0)
-            if len(action.phases) > 1:
+            if len(action.phases) > 1 and self.go_runner:  # each ended within the launch
+                text = "".join(f"=== {p}\n" + done_line(
+                    p == "verifier", self.tar if action.artifacts and p == action.phases[-1]
+                    else None) for p in action.phases)
+            elif len(action.phases) > 1:
                 text = "".join(f"=== {p}\n{running_line()}\n" for p in action.phases)
             else:
                 text = running_line() + "\n"
@@ -140,6 +150,8 @@ def drive(executor: FakeExecutor, status: TrialStatus | None = None, **spec: Any
     plan = plan_for(**spec)
     body = trial_body(**spec)
     driver = TrialDriver(body, LOG, OperatorSettings(), executor=executor)
+    if executor.go_runner:  # the operator's own Go runner
+        driver.state = replace(driver.state, current_go_runner=executor.go_runner)
     start = machine.start(status or TrialStatus(), plan, "sha256:d", 1, now())
     driver.state = loop.take(driver.state, start)
     asyncio.run(asyncio.wait_for(driver.loop(plan), 10))
@@ -245,3 +257,45 @@ def test_only_a_single_step_trials_shared_verifier_asks_for_the_artifacts() -> N
     assert not any(loop.asks_artifacts(steps, p.id) for p in steps.phases)
     separate_steps = steps_plan({"a": "", "b": ""}, root=SEPARATE)
     assert not any(loop.asks_artifacts(separate_steps, p.id) for p in separate_steps.phases)
+
+
+GO_RUNNER = "shipyard-runner-go-abc-0"
+
+
+def test_a_quick_trial_takes_one_exec_with_the_current_go_runner() -> None:
+    """The verifier chained after the agent (`machine.folds_verifier`): one exec, its keys in
+    the upload, the artifacts carried by its answer; the reward as ever."""
+    executor = FakeExecutor(go_runner=GO_RUNNER, tar=b"packed")
+    driver = drive(executor)
+    assert driver.status.phase == "Completed" and driver.status.reward == 1
+    execs = [a for a in executor.actions if isinstance(a, loop.RunExec)]
+    assert len(execs) == 1, execs
+    assert execs[0].phases == ("environment", "agent", "verifier")
+    assert execs[0].folded and execs[0].artifacts
+    assert kept(executor).packed == PackedArtifacts(6, b"packed")
+
+
+def test_a_retried_exec_chains_no_verifier() -> None:
+    """Tried again, the agent may already run and race the exec's upload: the verifier then
+    waits for an exec of its own (two more execs, the trial as ever)."""
+    executor = FakeExecutor(go_runner=GO_RUNNER, fail_execs=1)
+    driver = drive(executor)
+    assert driver.status.phase == "Completed" and driver.status.reward == 1
+    execs = [a for a in executor.actions if isinstance(a, loop.RunExec)]
+    assert execs[0].phases == ("environment", "agent", "verifier") and execs[0].folded
+    assert execs[1].phases == ("environment", "agent") and not execs[1].folded
+    assert any(a.phases == ("verifier",) for a in execs[2:]), execs
+
+
+def test_an_older_go_runner_chains_no_verifier() -> None:
+    """A pod made by an older operator (an upgrade) keeps its runner: no verifier chained."""
+    executor = FakeExecutor(go_runner="shipyard-runner-go-old-0")
+    spec = {"agent": {"name": "oracle"}}
+    driver = TrialDriver(trial_body(**spec), LOG, OperatorSettings(), executor=executor)
+    driver.state = replace(driver.state, current_go_runner=GO_RUNNER)
+    start = machine.start(TrialStatus(), plan_for(**spec), "sha256:d", 1, now())
+    driver.state = loop.take(driver.state, start)
+    asyncio.run(asyncio.wait_for(driver.loop(plan_for(**spec)), 10))
+    execs = [a for a in executor.actions if isinstance(a, loop.RunExec)]
+    assert driver.status.phase == "Completed" and driver.status.reward == 1
+    assert not any(a.folded for a in execs) and execs[0].phases == ("environment", "agent")
