@@ -28,10 +28,15 @@ from kubernetes import client, config
 from kubernetes.stream import stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from concurrent_trials import FLOOR_WORK, ensure_cluster, follow_until  # noqa: E402
-from concurrent_trials import make_namespace, namespace_name  # noqa: E402
-from cpuacct import format_spent, snapshot, spent  # noqa: E402
-from warm import IMAGE  # noqa: E402
+from concurrent_trials import (
+    FLOOR_WORK,
+    ensure_cluster,
+    follow_until,
+    make_namespace,
+    namespace_name,
+)
+from cpuacct import format_spent, snapshot, spent
+from warm import IMAGE
 
 SETTLE_SEC = 5.0
 """CPU is counted until this long after the last pod ended (deleted pods: after they are gone),
