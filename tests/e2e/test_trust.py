@@ -546,22 +546,29 @@ echo "runner processes seen: $n"
 """
 
 
-def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
-    """Root agent, shared verifier, the Go runner from ConfigMaps (the tests' default): every
-    attack on the runner's parts, loader, mount and running memfd (which a runner process,
-    not dumpable, does not even show) is refused and the reward is
-    the real test's 0; the oracle still scores 1."""
-    shipyard.task("runner-files", shared_task(None, None))
-    shipyard.trial("runner-files-attack", "runner-files",
-                   {"name": "command", "command": RUNNER_ATTACKS})
-    shipyard.trial("runner-files-oracle", "runner-files")
-    attacked = shipyard.wait("runner-files-attack", timeout=180)
-    oracle = shipyard.wait("runner-files-oracle", timeout=180)
+def attacked_and_oracle(shipyard, name: str, attack: str) -> tuple[dict, dict, str]:
+    """`shared_task` as `name`, run by a root agent running `attack` and by the oracle: the
+    oracle scores 1, the attack completes with the real test's 0; both Trials and the
+    attacking agent's log."""
+    shipyard.task(name, shared_task(None, None))
+    shipyard.trial(f"{name}-attack", name, {"name": "command", "command": attack})
+    shipyard.trial(f"{name}-oracle", name)
+    attacked = shipyard.wait(f"{name}-attack", timeout=180)
+    oracle = shipyard.wait(f"{name}-oracle", timeout=180)
     assert oracle["status"].get("reward") == 1.0, brief(oracle["status"])
     assert attacked["status"]["phase"] == "Completed", brief(attacked["status"])
     assert attacked["status"].get("reward") == 0.0, brief(attacked["status"])
     agent_log = shipyard.core.read_namespaced_config_map(
         attacked["status"]["logsConfigMap"], shipyard.namespace).data["agent.log"]
+    return attacked, oracle, agent_log
+
+
+def test_an_agent_cannot_change_the_runner_mounted_from_configmaps(shipyard):
+    """Root agent, shared verifier, the Go runner from ConfigMaps (the tests' default): every
+    attack on the runner's parts, loader, mount and running memfd (which a runner process,
+    not dumpable, does not even show) is refused and the reward is
+    the real test's 0; the oracle still scores 1."""
+    attacked, _, agent_log = attacked_and_oracle(shipyard, "runner-files", RUNNER_ATTACKS)
     for attack in ("part", "extra-part", "loader", "data-link", "remount"):
         assert f"attack {attack}: refused" in agent_log, agent_log
     assert "done" not in agent_log, agent_log
@@ -605,16 +612,7 @@ def test_an_agent_cannot_read_the_verifier_the_runner_holds_for_after_it(shipyar
     process's command line, environment, memory maps and open files (the upload's pipe among
     them) finds neither, and its forged verifier state is discarded: the real test scores 0.
     The oracle scores 1 the same way, and both trials took a single exec."""
-    shipyard.task("held", shared_task(None, None))
-    shipyard.trial("held-attack", "held", {"name": "command", "command": HELD_VERIFIER_ATTACKS})
-    shipyard.trial("held-oracle", "held")
-    attacked = shipyard.wait("held-attack", timeout=180)
-    oracle = shipyard.wait("held-oracle", timeout=180)
-    assert oracle["status"].get("reward") == 1.0, brief(oracle["status"])
-    assert attacked["status"]["phase"] == "Completed", brief(attacked["status"])
-    assert attacked["status"].get("reward") == 0.0, brief(attacked["status"])
-    agent_log = shipyard.core.read_namespaced_config_map(
-        attacked["status"]["logsConfigMap"], shipyard.namespace).data["agent.log"]
+    attacked, oracle, agent_log = attacked_and_oracle(shipyard, "held", HELD_VERIFIER_ATTACKS)
     seen = re.search(r"runner processes seen: (\d+)", agent_log)
     assert seen and int(seen.group(1)) >= 2, agent_log  # the chain's exec, the supervisor
     for leak in ("read environ", "read maps", "read /proc", "LEAKED", "KEY SEEN"):
