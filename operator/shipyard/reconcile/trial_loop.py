@@ -656,9 +656,8 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
         else:
             ex = replace(ex, unavailable=ex.unavailable + 1)
         if ex.folded:  # tried again, the agent may already run: the verifier waits its turn
-            ex = replace(ex, phases=ex.phases[:-1], folded=False,
-                         artifacts=ex.phases[:-1] == (ex.phase,)
-                         and asks_artifacts(plan, ex.phase))
+            # (only a shared verifier's own exec asks for the artifacts it packs)
+            ex = replace(ex, phases=ex.phases[:-1], folded=False, artifacts=False)
         return Pause(d.delay), replace(state, exec=replace(ex, decided=None, secrets_ok=False))
     assert isinstance(d, exec_policy.Answered)
     state = replace(state, exec=None)
