@@ -10,6 +10,8 @@ printed with its wall time and node CPU per pod (`cpuacct`).
 - exec: `sleep infinity`, the work by one exec once it runs, then deleted (a trial's pod's
   life, without the operator); `exec2`: two execs;
 - exec-spn: `exec` with `shareProcessNamespace` (a trial pod as made until round 3);
+- exec-end: `exec-spn` whose exec then ends the pod's `sleep` (the pod ends by itself and, as
+  the floor's, is deleted after the arm);
 - volumes: `exec` with an emptyDir and a projected ConfigMap volume (as a trial pod mounts
   the runner).
 
@@ -41,7 +43,7 @@ from warm import IMAGE
 SETTLE_SEC = 5.0
 """CPU is counted until this long after the last pod ended (deleted pods: after they are gone),
 so that each arm's teardown is in it."""
-ARMS = ("floor", "spn", "delete", "exec", "exec2", "exec-spn", "volumes")
+ARMS = ("floor", "spn", "delete", "exec", "exec2", "exec-spn", "exec-end", "volumes")
 
 
 def pod_spec(arm: str) -> dict:
@@ -52,7 +54,7 @@ def pod_spec(arm: str) -> dict:
     spec: dict = {"restartPolicy": "Never", "automountServiceAccountToken": False,
                   "enableServiceLinks": False, "terminationGracePeriodSeconds": 0,
                   "containers": [container]}
-    if arm in ("spn", "exec-spn"):
+    if arm in ("spn", "exec-spn", "exec-end"):
         spec["shareProcessNamespace"] = True
     if arm == "volumes":
         spec["volumes"] = [{"name": "work", "emptyDir": {}},
@@ -71,7 +73,7 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "podcost"},
                                                       "data": {"file": "x" * 4096}})
     execs = 2 if arm == "exec2" else 1 if arm.startswith("exec") or arm == "volumes" else 0
-    deletes = execs > 0 or arm == "delete"
+    deletes = (execs > 0 and arm != "exec-end") or arm == "delete"
     done: dict[str, tuple[float, bool]] = {}
     running: dict[str, threading.Event] = {f"p{i:04d}": threading.Event() for i in range(n)}
     slots = threading.Semaphore(parallelism)
@@ -99,9 +101,10 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
     def work(name: str) -> None:
         ok = running[name].wait(timeout)
         execing = client.CoreV1Api(client.ApiClient())  # `stream` takes its client over
+        script = FLOOR_WORK + ("; kill -TERM -1" if arm == "exec-end" else "")
         for _ in range(execs if ok else 0):
             out = stream(execing.connect_get_namespaced_pod_exec, name, namespace,
-                         command=["/bin/sh", "-c", FLOOR_WORK], stderr=True, stdin=False,
+                         command=["/bin/sh", "-c", script], stderr=True, stdin=False,
                          stdout=True, tty=False)
             ok = ok and out.strip() == "1"
         done[name] = (time.monotonic(), ok)
@@ -128,6 +131,10 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
         wall = max(t for t, _ in done.values()) - began
         while deletes and core.list_namespaced_pod(namespace).items:
             time.sleep(0.5)  # the deleted pods' teardown is theirs
+        while arm == "exec-end" and any(
+                p.status.phase not in ("Succeeded", "Failed")
+                for p in core.list_namespaced_pod(namespace).items):
+            time.sleep(0.5)  # the ended pods' stop is theirs
         time.sleep(SETTLE_SEC)
         return wall, spent(cpu, snapshot())
     finally:
