@@ -490,7 +490,7 @@ def test_an_agent_that_replaced_sh_awk_tar_cat_and_su_neither_moves_the_runner_n
 
 
 def test_a_shared_verifier_finds_no_secret_the_agent_wrote_anywhere(shipyard):
-    """The Go runner scrubs every file changed during a phase given secrets (not only
+    """Either runner scrubs every file changed during a phase given secrets (not only
     /logs/agent): a root agent that hid its key (and its base64) in /tmp, /root, /etc and
     /shipyard, backdating the files, leaves nothing a shared verifier finds."""
     value = "sk-trust-anywhere-5b7e21"

@@ -57,6 +57,7 @@ GRACE=${SHIPYARD_LAUNCH_GRACE:-3}
 KILL_AFTER=5
 OUTPUT_LIMIT=65536
 SCRUB_DIRS=${SHIPYARD_SCRUB_DIRS:-/logs/agent /logs/artifacts}
+SCRUB_ROOT=${SHIPYARD_SCRUB_ROOT:-/}
 BASE="" NEWBASE="" TASKCODE=0
 
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
@@ -329,6 +330,12 @@ supervise() {
     set -- sh -c "$inner"
   fi
   oom_before=$(oom_kills)
+  if [ "$SECRETS" = 1 ]; then
+    # The scrub's "changed since"; and a second early for a `find` that counts whole seconds
+    # (busybox's).
+    : >"$s/scrub.since"
+    touch -d "@$(($(date +%s) - 1))" "$s/scrub.since.s" 2>/dev/null || : >"$s/scrub.since.s"
+  fi
   setsid "$@" >>"$s/output" 2>&1 </dev/null &
   child=$!
   echo "$child" >"$s/pid"
@@ -358,7 +365,7 @@ supervise() {
   elif [ "$KEEP" = 1 ]; then sweep_holders
   else SWEEP_REPORT=$s/output sweep
   fi
-  [ "$SECRETS" != 1 ] || scrub "$DROPS/$id"
+  [ "$SECRETS" != 1 ] || scrub "$DROPS/$id" "$s/scrub.since"
   echo $(($(oom_kills) - oom_before)) >"$s/oom_killed"
   timed_out=0
   [ -f "$s/timed_out.pending" ] && timed_out=1
@@ -420,9 +427,10 @@ emit() {
   fi
 }
 
-# scrub DROP: once a phase given secrets has ended (its processes swept), the values in DROP
-# are redacted inside the files it left under /logs/agent and /logs/artifacts (an agent that
-# ran `printenv` into a file), so that a verifier in this pod never reads them there.
+# scrub DROP [SINCE]: once a phase given secrets has ended (its processes swept), the values in
+# DROP are redacted inside the files it left under /logs/agent and /logs/artifacts (an agent
+# that ran `printenv` into a file) and, with SINCE, in every other file it changed (an
+# artifact under /app), so that neither a verifier in this pod nor an export reads them.
 scrub() {
   [ -d "$1" ] || return 0
   patterns=$STATE/scrub.$$
@@ -430,13 +438,26 @@ scrub() {
     awk 'length($0) >= 4' >"$patterns")
   if [ -s "$patterns" ]; then
     # shellcheck disable=SC2086
-    grep -rlF -f "$patterns" $SCRUB_DIRS 2>/dev/null |
+    { grep -rlF -f "$patterns" $SCRUB_DIRS 2>/dev/null
+      [ -z "${2:-}" ] || changed_holding "$2" "$patterns"; } |
       while IFS= read -r f; do
         [ -f "$f" ] && [ ! -L "$f" ] || continue
         redact <"$f" >"$patterns.out" && cat "$patterns.out" >"$f"
       done
   fi
   rm -f "$patterns" "$patterns.out"
+}
+
+# changed_holding SINCE PATTERNS: the regular files under SCRUB_ROOT changed since SINCE that
+# hold one of PATTERNS, as the Go runner's scrub (not /proc, /sys, /dev, the drops, the runner's
+# bin, this scrub's own files): by ctime, which task code cannot set back, where `find` knows
+# -cnewer (GNU); by mtime with busybox's, so a file whose time the agent set back is missed.
+changed_holding() {
+  set -- -cnewer "$1" "$2"
+  find "$2" -maxdepth 0 -cnewer "$2" >/dev/null 2>&1 || set -- -newer "$2.s" "$3"
+  find "$SCRUB_ROOT" \( -path /proc -o -path /sys -o -path /dev -o -path "$DROPS" \
+    -o -path "$ROOT/bin" -o -path "$STATE/scrub.*" \) -prune -o \
+    -type f "$1" "$2" -exec grep -lF -f "$3" {} + 2>/dev/null
 }
 
 redact() {

@@ -1046,6 +1046,29 @@ def test_files_a_phase_given_secrets_left_in_the_log_folders_are_scrubbed(
     assert outside.read_text() == "keep sk-live-0123456789 here\n"
 
 
+def test_a_secret_a_phase_wrote_outside_the_log_folders_is_scrubbed_once_it_ends(
+        runner: Runner) -> None:
+    """Both runners: a file the phase changed anywhere in the container (an artifact under
+    /app, which `shipyard results --output-dir` exports) is redacted; a file older than the
+    phase is left as it is, and so are the runner's own state files but the phase's output."""
+    value = "sk-live-9876543210"
+    mount_secret(runner.root, 0, {"API_KEY": value})
+    app = Path(runner.env["SHIPYARD_SCRUB_ROOT"]) / "app"
+    (app / "deep").mkdir(parents=True)
+    older = app / "older.txt"
+    older.write_text(f"kept {value}\n")
+    # before the phase (busybox's find counts whole seconds: the runner's mark is a second early)
+    time.sleep(2.1 if "busybox" in runner.env["PATH"] else 0.2)
+    command = (f'echo "key=$API_KEY" > "{app}/out.txt"; echo "x $API_KEY y" > '
+               f'"{app}/deep/with space.txt"; echo clean > "{app}/clean.txt"\n')
+    result = runner.run_phase(phase(command, secrets=True))
+    assert result.exit_code == 0, result.output
+    assert (app / "out.txt").read_text() == "key=[REDACTED]\n"
+    assert (app / "deep" / "with space.txt").read_text() == "x [REDACTED] y\n"
+    assert (app / "clean.txt").read_text() == "clean\n"
+    assert older.read_text() == f"kept {value}\n"
+
+
 @pytest.mark.parametrize("runner", ["go"], indirect=True)  # the Go runner's alone
 def test_secrets_a_phase_wrote_anywhere_are_scrubbed_once_it_ends(runner: Runner) -> None:
     """Not only the log folders: every regular file changed during the phase (by its ctime,
