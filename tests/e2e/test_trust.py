@@ -622,3 +622,77 @@ def test_an_agent_cannot_read_the_verifier_the_runner_holds_for_after_it(shipyar
         execs = [line for line in operator.log().splitlines()
                  if f"exec {shipyard.namespace}/{pod}:" in line]
         assert len(execs) == 1 and "verifier:-" in execs[0], execs
+
+
+# Someone who may write ConfigMaps in the namespace (not the operator) makes the runner's
+# ConfigMaps first, under their content-addressed names, holding a runner of their own that
+# forges a reward, immutable so that nobody could fix them in place.
+FORGED_RUNNER = ("#!/bin/sh\n# planted-9c4e\necho 'state=done rc=0 result=1 end=1'\n"
+                 "echo 1 > /logs/verifier/reward.txt\n")
+FORGED_PART = b"\x7fELF planted-9c4e"
+
+
+def _runner_configmap_names() -> list[str]:
+    """The runner.sh ConfigMap's name and, with the Go runner (the tests' default; not under
+    SHIPYARD_RUNNER=sh), its first part's."""
+    from pathlib import Path
+
+    from shipyard.render.pod import runner_configmap_name
+    from shipyard.render.runner_parts import runner_configmap_names
+    from tests.e2e.conftest import local_runner
+
+    names = [runner_configmap_name()]
+    folder = Path(os.environ.get("SHIPYARD_RUNNER_FILES") or local_runner()[1])
+    if os.environ.get("SHIPYARD_RUNNER", "go") != "sh" and (folder / "runner").is_file():
+        names += runner_configmap_names((folder / "runner").read_bytes(),
+                                        (folder / "loader").read_bytes()).names[:1]
+    return names
+
+
+def _plant(shipyard, name: str, finalizer: bool = False) -> None:
+    shipyard.core.create_namespaced_config_map(shipyard.namespace, {
+        "metadata": {"name": name, **({"finalizers": ["example.com/hold"]} if finalizer else {})},
+        "immutable": True,
+        "data": {"runner": FORGED_RUNNER},
+        "binaryData": {"runner.0": base64.b64encode(FORGED_PART).decode()}})
+
+
+def test_a_runner_configmap_someone_else_made_first_is_replaced_not_run(shipyard):
+    """The operator finds that what the names hold is not what they stand for and replaces
+    them before any pod mounts them: the nop agent scores 0, the oracle 1, and the
+    ConfigMaps then hold the operator's runner."""
+    names = _runner_configmap_names()
+    for name in names:
+        _plant(shipyard, name)
+    shipyard.task("planted", separate_task())
+    shipyard.trial("planted-nop", "planted", {"name": "nop"})
+    shipyard.trial("planted-oracle", "planted")
+    assert shipyard.wait("planted-nop", timeout=240)["status"].get("reward") == 0.0
+    assert shipyard.wait("planted-oracle", timeout=240)["status"].get("reward") == 1.0
+    for name in names:
+        cm = shipyard.core.read_namespaced_config_map(name, shipyard.namespace)
+        held = (cm.data or {}).get("runner", "") + str(cm.binary_data or {})
+        assert "planted-9c4e" not in held, name
+        assert base64.b64encode(FORGED_PART).decode() not in held, name
+        assert cm.immutable, name
+
+
+def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(shipyard):
+    """The planted ConfigMap carries a finalizer, so deleting it leaves it in place: the trial
+    fails saying which ConfigMap holds foreign content, and no pod of it ever ran."""
+    name = _runner_configmap_names()[0]
+    _plant(shipyard, name, finalizer=True)
+    try:
+        shipyard.task("held", separate_task())
+        shipyard.trial("held-nop", "held", {"name": "nop"})
+        trial = shipyard.wait("held-nop", timeout=240)
+        assert trial["status"].get("phase") == "Failed", brief(trial["status"])
+        assert trial["status"].get("reward") is None, brief(trial["status"])
+        failed = condition(trial, "Failed")
+        assert failed is not None and f"{shipyard.namespace}/{name}" in failed["message"], failed
+        assert "no Shipyard operator wrote" in failed["message"], failed
+        assert not shipyard.core.list_namespaced_pod(
+            shipyard.namespace, label_selector=f"{LABEL_TRIAL}=held-nop").items
+    finally:
+        shipyard.core.patch_namespaced_config_map(name, shipyard.namespace,
+                                                  {"metadata": {"finalizers": None}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -10,6 +11,8 @@ from kubernetes.client.rest import ApiException
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube.client import api_client, core, custom
 from shipyard.kube.errors import create_or_none
+
+log = logging.getLogger("shipyard.objects")
 
 
 def _sanitize(obj: Any) -> Any:
@@ -58,10 +61,46 @@ def delete_pod(namespace: str, name: str, grace_seconds: int = 0) -> None:
             raise
 
 
+class ForeignConfigMap(RuntimeError):
+    """A content-addressed ConfigMap holds what the operator did not write, and could not be
+    replaced."""
+
+
+def same_content(found: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Does an existing ConfigMap carry exactly `wanted`'s data (and is it as immutable)?"""
+    return all((found.get(k) or {}) == (wanted.get(k) or {}) for k in ("data", "binaryData")) \
+        and bool(found.get("immutable")) == bool(wanted.get("immutable"))
+
+
 def ensure_configmap(configmap: dict[str, Any]) -> None:
-    """Create it unless it exists (content-addressed ConfigMaps never change)."""
-    create_or_none(core().create_namespaced_config_map, configmap["metadata"]["namespace"],
-                   configmap)
+    """Create it unless it exists. Its name is content-addressed (the runner, a build context),
+    so one found under it must hold that content: anyone who may write ConfigMaps in the
+    namespace could have made it first, and a pod would then run their runner or build their
+    context. A foreign one is deleted (only that object: its uid) and made again; one that
+    cannot be replaced (a finalizer holds it, another writer races) raises `ForeignConfigMap`."""
+    ns, name = configmap["metadata"]["namespace"], configmap["metadata"]["name"]
+    for _ in range(2):
+        if create_or_none(core().create_namespaced_config_map, ns, configmap) is not None:
+            return
+        try:
+            found = _sanitize(core().read_namespaced_config_map(name, ns))
+        except ApiException as e:
+            if e.status == 404:  # deleted in between: create it again
+                continue
+            raise
+        if same_content(found, configmap):
+            return
+        log.warning(f"ConfigMap {ns}/{name} does not hold what its name stands for (made by "
+                    "someone other than a Shipyard operator): replacing it")
+        try:
+            core().delete_namespaced_config_map(name, ns, body={
+                "preconditions": {"uid": found["metadata"]["uid"]}})
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+    raise ForeignConfigMap(f"ConfigMap {ns}/{name} holds content that no Shipyard operator "
+                           "wrote and could not be replaced: delete it (and find out who made "
+                           "it), then retry")
 
 
 _ensured_lock = threading.Lock()

@@ -82,6 +82,7 @@ def build_context_configmaps(image_build: dict[str, Any],
         "metadata": {"name": cm_name, "namespace": image_build["metadata"]["namespace"],
                      "labels": build_labels(name, "build-context"),
                      "ownerReferences": [build_owner(image_build)]},
+        "immutable": True,  # one build's context: what its Job reads is what was checked
         "binaryData": {CONTEXT_KEY: base64.b64encode(part).decode()},
     } for cm_name, part in zip(part_names(spec.context_config_map, spec.context_parts), parts,
                                strict=True)]

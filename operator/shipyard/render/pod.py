@@ -70,6 +70,7 @@ def build_runner_configmap(namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {**MANAGED_BY, LABEL_COMPONENT: Component.RUNNER.value},
         },
+        "immutable": True,  # named by its content: a change is a new name
         "data": {"runner": runner_script()},
     }
 
