@@ -259,3 +259,45 @@ def test_a_secret_the_agent_wrote_into_its_artifacts_is_not_exported(cluster, sh
     exported = [p.read_bytes() for p in out.rglob("*") if p.is_file()]
     assert not [b for b in exported if value.encode() in b]
     assert (art / "app/out.txt").exists()
+
+
+def _steps_files(separate: bool) -> dict[str, str]:
+    """Two steps; each one's oracle writes its own name into the convention folder and into
+    /app/out.txt, and its test checks /app/out.txt."""
+    files = {"task.toml": (f'schema_version = "1.4"\nartifacts = ["/app/out.txt"]\n'
+                           f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+                           + ('[verifier]\nenvironment_mode = "separate"\n' if separate else "")
+                           + "".join(f'[[steps]]\nname = "{s}"\n[steps.agent]\ntimeout_sec = 60\n'
+                                     for s in ("first", "second")))}
+    for step in ("first", "second"):
+        files[f"steps/{step}/instruction.md"] = f"Step {step}.\n"
+        files[f"steps/{step}/solution/solve.sh"] = (
+            f"#!/bin/sh\nmkdir -p /logs/artifacts /app\necho {step} > /logs/artifacts/step.txt\n"
+            f"echo {step} > /app/out.txt\n")
+        files[f"steps/{step}/tests/test.sh"] = (
+            f'#!/bin/sh\nif [ "$(cat /app/out.txt)" = {step} ]; then echo 1; else echo 0; fi'
+            " > /logs/verifier/reward.txt\n")
+    return files
+
+
+@pytest.mark.parametrize("separate", [False, True], ids=["shared", "separate"])
+def test_each_step_of_a_multi_step_trial_exports_its_own_artifacts(cluster, shipyard, tmp_path,
+                                                                   separate) -> None:
+    """As Harbor archives each step's under `steps/<step>/artifacts/`: the first step's
+    artifacts are its own, not the last step's (which replaced them in the pod), with a
+    manifest each."""
+    name = "steps-sep" if separate else "steps-shared"
+    shipyard.task(name, _steps_files(separate))
+    shipyard.trial(name, name)
+    trial = shipyard.wait(name, timeout=300)
+    assert trial["status"].get("reward") == 1.0, trial["status"]
+    out = tmp_path / "job"
+    ok(shipyard_cli(cluster, "results", name, "-n", shipyard.namespace,
+                    "--output-dir", str(out)))
+    for step in ("first", "second"):
+        base = out / name / "steps" / step / "artifacts"
+        assert (base / "logs/artifacts/step.txt").read_text() == f"{step}\n", step
+        assert (base / "app/out.txt").read_text() == f"{step}\n", step
+        rows = json.loads((base / "manifest.json").read_text())
+        assert [(r["source"], r["status"]) for r in rows] == [
+            ("/logs/artifacts", "ok"), ("/app/out.txt", "ok")], rows

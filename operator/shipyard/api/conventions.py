@@ -239,10 +239,13 @@ def logs_configmap_name(trial_name: str) -> str:
     return dns_name(trial_name, "logs")
 
 
-def artifacts_configmap_name(trial_name: str, part: int) -> str:
-    """A part of the agent environment's artifacts, kept for the last step's separate verifier
-    once the environment pod is gone."""
-    return dns_name(trial_name, f"artifacts-{part}")
+def artifacts_configmap_name(trial_name: str, part: int, step_index: int | None = None) -> str:
+    """A part of the agent environment's artifacts: the last step's (a single-step trial's),
+    kept for its separate verifier once the environment pod is gone and for the export; with
+    `step_index` (1-based), an earlier step's of a multi-step trial, for the export."""
+    if step_index is None:
+        return dns_name(trial_name, f"artifacts-{part}")
+    return dns_name(trial_name, f"artifacts-s{step_index}-{part}")
 
 
 def runner_configmap_name(script: str) -> str:

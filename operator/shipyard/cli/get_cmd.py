@@ -245,7 +245,9 @@ def trial_logs(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 def trial_artifacts(trials: list[dict[str, Any]]) -> dict[str, TrialArtifacts]:
     """Each trial's kept artifacts (`render.artifacts_store`) as Harbor's `artifacts/` folder
     and manifest, by trial name; cleaned again here, as for a verifier (regular files and
-    folders only, within the size limit)."""
+    folders only, within the size limit). A multi-step trial's steps each under
+    `steps/<step>/artifacts/` (its last step's kept under the trial's own names, an earlier
+    one's under names with its index)."""
     from shipyard.api.conventions import artifacts_configmap_name
     from shipyard.kube import artifacts as kube_artifacts
     from shipyard.render.artifact_bundle import ArtifactsRefused, clean_artifacts
@@ -257,25 +259,37 @@ def trial_artifacts(trials: list[dict[str, Any]]) -> dict[str, TrialArtifacts]:
         parts_of,
     )
 
-    found = {}
-    for t in trials:
-        ns, name = t["metadata"]["namespace"], t["metadata"]["name"]
-        first = kube_artifacts.load(ns, [artifacts_configmap_name(name, 0)])
+    def one(ns: str, name: str, index: int | None) -> TrialArtifacts | None:
+        first = kube_artifacts.load(ns, [artifacts_configmap_name(name, 0, index)])
         if not first:
-            continue
+            return None
         entries = kept_entries(first[0])
-        rest = kube_artifacts.load(ns, [artifacts_configmap_name(name, i)
+        rest = kube_artifacts.load(ns, [artifacts_configmap_name(name, i, index)
                                         for i in range(1, parts_of(first[0]))])
         if entries is None or rest is None:
-            continue  # kept by an older operator, or a part is gone
+            return None  # kept by an older operator, or a part is gone
         refused = kept_refusal(first[0])
         raw = b"".join(part_bytes(cm) for cm in [*first, *rest])
         try:
             clean = clean_artifacts(raw, [e.source for e in entries])
         except ArtifactsRefused as e:
             clean, refused = None, str(e)
-        found[name] = harbor_artifacts(clean.tar if clean else b"", entries, kept_step(first[0]),
-                                       refused, clean.skipped if clean else ())
+        return harbor_artifacts(clean.tar if clean else b"", entries, kept_step(first[0]),
+                                refused, clean.skipped if clean else ())
+
+    found = {}
+    for t in trials:
+        ns, name = t["metadata"]["namespace"], t["metadata"]["name"]
+        steps = len((t.get("status") or {}).get("steps") or [])
+        kept = [one(ns, name, index) for index in range(1, steps)]  # earlier steps'
+        kept.append(one(ns, name, None))
+        merged = TrialArtifacts()
+        for part in kept:
+            if part is not None:
+                merged.files.update(part.files)
+                merged.notes += part.notes
+        if any(part is not None for part in kept):
+            found[name] = merged
     return found
 
 

@@ -543,13 +543,14 @@ def _machine_action(state: LoopState, plan: TrialPlan, action: machine.Action, n
 
 
 def asks_artifacts(plan: TrialPlan, phase_id: str) -> bool:
-    """A single-step trial's shared verifier (its prepare packs the artifacts, as root, before
-    the tests run): the exec that sees it end brings the tar too, so the trial's end keeps
-    it without an exec of its own. Elsewhere (a separate verifier's collect phase, several
-    steps) the artifacts are read by an exec at the pod's stop or the trial's end."""
+    """A shared verifier (its prepare packs the artifacts, as root, before the tests run): the
+    exec that sees it end brings the tar too, kept without an exec of its own: a single-step
+    trial's at its end, each step's of a multi-step trial at once (the next step's pack
+    replaces it). A separate verifier's collect phase packs them; they are read by an exec
+    for its setup and at the pod's stop."""
     spec = plan.phase(phase_id)
-    return (len(plan.steps) == 1 and spec.pod == machine.Role.ENV
-            and isinstance(spec.script, VerifyScript) and bool(spec.script.artifacts))
+    return (spec.pod == machine.Role.ENV and isinstance(spec.script, VerifyScript)
+            and bool(spec.script.artifacts))
 
 
 def _stop_pod(state: LoopState, role: machine.Role, name: str | None) -> list:
@@ -574,7 +575,9 @@ def finishing(state: LoopState) -> LoopState:
         steps.append(ServiceLogs(state.status.pod_name))
     plan = state.plan
     pod = state.status.pod_name
-    if plan is not None and plan.steps and pod:
+    # A multi-step trial's shared verifiers kept theirs as each ended (a pack left in the
+    # pod is an earlier step's when the trial ended early: it is not the last step's).
+    if plan is not None and len(plan.steps) == 1 and pod:
         packed = state.packed[1] if state.packed and state.packed[0] == pod else None
         steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed))
     steps += [_Finalize(), FLUSH]
@@ -661,8 +664,14 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
         return Pause(d.delay), replace(state, exec=replace(ex, decided=None, secrets_ok=False))
     assert isinstance(d, exec_policy.Answered)
     state = replace(state, exec=None)
-    if ex.artifacts and (carried := d.results[-1][1].artifacts) is not None:
-        state = replace(state, packed=(ex.pod, carried))
+    last = d.results[-1][1]
+    if ex.artifacts and plan.multi_step and last.collected:
+        # This step's, kept now (read by an exec of its own when the reply did not carry
+        # them: runner.sh): the next step's verifier packs its own in their place.
+        state = _queue(state, KeepArtifacts(ex.pod, plan.phase(ex.phases[-1]).step,
+                                            last.artifacts))
+    elif ex.artifacts and last.artifacts is not None:
+        state = replace(state, packed=(ex.pod, last.artifacts))
     if ex.command == "launch":
         return decide(_launched(state, plan, d.results, now), now)
     result = d.results[0][1]

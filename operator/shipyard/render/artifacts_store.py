@@ -3,7 +3,9 @@ step's separate verifier the environment pod is deleted (as Harbor stops the env
 the verifier's), so what the collect phase packed there is read first and kept here, in parts
 that each fit a ConfigMap, for the verifier's setup — and a restarted operator reads it again.
 Every trial's are kept so (a shared verifier's when the trial ends), with the step's collection
-set, for the export's `artifacts/` and `artifacts/manifest.json` (`cli.harbor_artifacts`).
+set, for the export's `artifacts/` and `artifacts/manifest.json` (`cli.harbor_artifacts`); a
+multi-step trial's for each step (an earlier step's under names of its own), as Harbor keeps
+each step's under `steps/<step>/artifacts/`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ REFUSED_ANNOTATION = "shipyard.dev/artifacts-refused"
 
 
 def artifacts_configmaps(trial: dict[str, Any], tar: bytes, step: str | None = None,
-                         entries: Sequence[ArtifactConfig] = (), refused: str | None = None
-                         ) -> list[dict[str, Any]]:
+                         entries: Sequence[ArtifactConfig] = (), refused: str | None = None,
+                         step_index: int | None = None) -> list[dict[str, Any]]:
+    """The parts (`step_index`: an earlier step's of a multi-step trial, under names of their
+    own; `conventions.artifacts_configmap_name`)."""
     parts = split_bundle(tar)
     annotations = {PARTS_ANNOTATION: str(len(parts)),
                    ENTRIES_ANNOTATION: json.dumps([e.model_dump() for e in entries])}
@@ -41,7 +45,7 @@ def artifacts_configmaps(trial: dict[str, Any], tar: bytes, step: str | None = N
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": artifacts_configmap_name(trial["metadata"]["name"], i),
+            "name": artifacts_configmap_name(trial["metadata"]["name"], i, step_index),
             "namespace": trial["metadata"]["namespace"],
             "labels": trial_labels(trial, Component.ARTIFACTS),
             "annotations": annotations if i == 0 else {PARTS_ANNOTATION: str(len(parts))},

@@ -342,12 +342,22 @@ class KubeTrialExecutor:
             refused = (f"{refused.strip()} (the artifacts limit is "
                        f"{ARTIFACTS_LIMIT_BYTES // (1024 * 1024)} MiB of files)")
         await self.call(kube_artifacts.save,
-                        artifacts_configmaps(self.body, data, step, entries, refused))
+                        artifacts_configmaps(self.body, data, step, entries, refused,
+                                             self._earlier_step_index(step)))
+
+    def _earlier_step_index(self, step: str | None) -> int | None:
+        """The 1-based index of a multi-step trial's step before its last (whose artifacts
+        are kept under names of their own); None for the last step, or a single step."""
+        names = [s.name for s in self.plan.steps] if self.plan is not None else []
+        if len(names) < 2 or step not in names[:-1]:
+            return None
+        return names.index(step) + 1
 
     async def keep_artifacts(self, action: loop.KeepArtifacts) -> loop.Nothing:
-        """At the trial's end: what its environment pod packed (a shared verifier's
-        artifacts), kept for the export. Best effort: a failure is logged, never fails the
-        trial (it is over). Without an exec when the verifier's reply carried them."""
+        """What its environment pod packed (a shared verifier's artifacts), kept for the
+        export: at the trial's end, or (a multi-step trial's) as each step's verifier ends.
+        Best effort: a failure is logged, never fails the trial. Without an exec when the
+        verifier's reply carried them."""
         reply = (_carried(action.packed) if action.packed is not None
                  else await self._read_artifacts(action.pod))
         refused = None
@@ -364,6 +374,15 @@ class KubeTrialExecutor:
         except ApiException as e:
             self.logger.warning(f"artifacts of {action.pod} not kept: {e.status} {e.reason}")
         return loop.Nothing()
+
+    async def _keep_for_export(self, raw: bytes | None, step: str | None,
+                               refused: str | None) -> None:
+        """An earlier step's artifacts, as read for its separate verifier, kept for the
+        export too (the last step's are kept when the environment pod stops). Best effort."""
+        try:
+            await self._keep(raw or b"", step, refused, packed=raw is not None)
+        except ApiException as e:
+            self.logger.warning(f"artifacts of step {step} not kept: {e.status} {e.reason}")
 
     async def kept_artifacts(self) -> bytes | None:
         first = await self.call(kube_artifacts.load, self.namespace,
@@ -404,6 +423,9 @@ class KubeTrialExecutor:
                     clean = await asyncio.to_thread(clean_artifacts, raw, script.artifacts)
                 except ArtifactsRefused as e:
                     problem, clean = str(e), None
+            if self.status.pod_name and self._earlier_step_index(phase.step) is not None:
+                over = reply.exit_code == loop.ARTIFACTS_OVER_LIMIT
+                await self._keep_for_export(raw, phase.step, reply.error if over else None)
             if problem and clean is not None:
                 self.logger.warning(f"no artifacts from {pod}'s main container: {problem}")
             if clean is not None:

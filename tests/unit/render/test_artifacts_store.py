@@ -1,4 +1,5 @@
-"""The artifacts kept for the last step's separate verifier once the environment pod is gone."""
+"""The artifacts kept in ConfigMaps of the trial: for the last step's separate verifier once the
+environment pod is gone, and for the export (each step's of a multi-step trial)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def test_the_first_part_keeps_the_collection_set_step_and_refusal_for_the_export
     assert len(refused) == 1 and part_bytes(refused[0]) == b""
     assert kept_refusal(refused[0]) == "over the limit" and kept_step(refused[0]) is None
     assert kept_entries({"metadata": {}}) is None  # kept by an older operator
+
+
+def test_an_earlier_steps_artifacts_are_kept_under_names_of_their_own():
+    """A multi-step trial keeps each step's: an earlier step's under names with its index, so
+    the next step's do not replace them (the last step's keep the trial's own names)."""
+    first = artifacts_configmaps(trial_body(), b"a", "first", (), None, 1)
+    last = artifacts_configmaps(trial_body(), b"b", "second")
+    assert first[0]["metadata"]["name"] == "hello-oracle-artifacts-s1-0"
+    assert last[0]["metadata"]["name"] == "hello-oracle-artifacts-0"
+    assert kept_step(first[0]) == "first" and kept_step(last[0]) == "second"

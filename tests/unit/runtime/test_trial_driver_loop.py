@@ -241,9 +241,10 @@ def test_without_the_tar_in_the_reply_the_trials_end_reads_it_as_before() -> Non
     assert kept(executor).packed is None
 
 
-def test_only_a_single_step_trials_shared_verifier_asks_for_the_artifacts() -> None:
-    """A separate verifier's environment pod (its collect phase) and multi-step trials keep
-    their own exec for the artifacts (`ReadArtifacts` at the pod's stop, `KeepArtifacts`)."""
+def test_only_a_shared_verifier_asks_for_the_artifacts() -> None:
+    """A shared verifier's exec asks for the packed tar, each step's of a multi-step trial
+    too; a separate verifier's environment pod (its collect phase) keeps its own exec for the
+    artifacts (read for its setup, and by `ReadArtifacts` at the pod's stop)."""
     from tests.unit.helpers import HELLO_TOML, task
     from tests.unit.reconcile.test_trial_machine_steps import SEPARATE, steps_plan
 
@@ -254,7 +255,9 @@ def test_only_a_single_step_trials_shared_verifier_asks_for_the_artifacts() -> N
     assert separate.steps[0].verifier_mode == "separate"
     assert not any(loop.asks_artifacts(separate, p.id) for p in separate.phases)
     steps = steps_plan({"a": "", "b": ""})
-    assert not any(loop.asks_artifacts(steps, p.id) for p in steps.phases)
+    assert [p.id for p in steps.phases if loop.asks_artifacts(steps, p.id)] == [
+        p.id for p in steps.phases if p.name == "verifier"]
+    assert len([p for p in steps.phases if p.name == "verifier"]) == 2
     separate_steps = steps_plan({"a": "", "b": ""}, root=SEPARATE)
     assert not any(loop.asks_artifacts(separate_steps, p.id) for p in separate_steps.phases)
 
@@ -299,3 +302,26 @@ def test_an_older_go_runner_chains_no_verifier() -> None:
     execs = [a for a in executor.actions if isinstance(a, loop.RunExec)]
     assert driver.status.phase == "Completed" and driver.status.reward == 1
     assert not any(a.folded for a in execs) and execs[0].phases == ("environment", "agent")
+
+
+def test_each_steps_artifacts_are_kept_as_its_shared_verifier_ends() -> None:
+    """A multi-step trial: each step's verifier reply brings that step's tar, kept at once
+    under its step (Harbor's `steps/<step>/artifacts/`); a runner that does not carry it
+    (runner.sh) gets an exec of its own per step. None is kept again at the trial's end (the
+    tar left in the pod is the last verified step's, whichever that was)."""
+    from tests.unit.reconcile.test_trial_machine_steps import steps_task
+
+    for tar in (b"the tar", None):
+        executor = FakeExecutor(tar=tar)
+        plan = plan_for(steps_task({"a": "", "b": ""}), agent={"name": "nop"})
+        driver = TrialDriver(trial_body(agent={"name": "nop"}), LOG, OperatorSettings(),
+                             executor=executor)
+        start = machine.start(TrialStatus(), plan, "sha256:d", 1, now())
+        driver.state = loop.take(driver.state, start)
+        asyncio.run(asyncio.wait_for(driver.loop(plan), 10))
+        assert driver.status.phase == "Completed", driver.status
+        keeps = [a for a in executor.actions if isinstance(a, loop.KeepArtifacts)]
+        assert [k.step for k in keeps] == [s.name for s in plan.steps], executor.calls
+        carried = PackedArtifacts(7, b"the tar") if tar else None
+        assert all(k.packed == carried for k in keeps)
+        assert executor.calls.index("KeepArtifacts") < executor.calls.index("RemovePods")
