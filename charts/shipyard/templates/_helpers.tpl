@@ -93,7 +93,7 @@ app.kubernetes.io/part-of: shipyard
   verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch, update]
+  verbs: [get, create, patch, update, delete]  # delete: a foreign runner ConfigMap (docs/trust.md)
 {{- if and (eq .Values.builds.backend "buildkit") .Values.builds.buildkitd.tls.enabled }}
 - apiGroups: [""]
   resources: [secrets]
