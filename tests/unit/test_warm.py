@@ -19,7 +19,15 @@ from shipyard.api.reasons import Reason
 from shipyard.plan.warm import claims_warm_pod, pool_trial, sweep_warm_target
 from shipyard.reconcile import trial_machine as m
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
-from shipyard.reconcile.warm_pool import WarmPod, claimable, decide, observe_warm_pod
+from shipyard.reconcile.warm_pool import (
+    CLAIM_SETTLE_SEC,
+    ClaimWatch,
+    WarmPod,
+    claimable,
+    decide,
+    observe_warm_pod,
+    refill_hold,
+)
 from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
 from tests.unit.helpers import T0, at, plan_for, pod, trial_body
 
@@ -138,6 +146,16 @@ def test_a_pool_replaces_the_dead_and_the_stale_and_sheds_the_least_advanced() -
     assert blocked.status.conditions[0].reason == Reason.POOL_NOT_READY
 
 
+def test_a_shrinking_pool_deletes_the_newest_starting_pod_not_the_one_closest_to_running(
+        ) -> None:
+    """Over the wanted number, the least advanced goes: a starting pod before a ready one, and
+    of the starting ones the newest (the oldest has the most of its start done)."""
+    pods = [warm("old", "starting", age=4), warm("ready", "ready", age=9),
+            warm("new", "starting", age=1)]
+    assert [p.name for p in decide(2, "k", pods, 0, 2, T0).delete] == ["new"]
+    assert [p.name for p in decide(1, "k", pods, 0, 2, T0).delete] == ["new", "old"]
+
+
 def test_claims_take_ready_pods_first_then_the_oldest() -> None:
     pods = [warm("young", "starting", age=1), warm("old", "starting", age=9),
             warm("ready", "ready"), warm("dead", "dead"), warm("other", "ready", key="x")]
@@ -201,3 +219,20 @@ def test_a_warm_pod_gets_the_operator_s_runner_as_a_cold_pod_does() -> None:
     images = [c["image"] for c in spec.get("initContainers", [])]
     assert "localhost/shipyard/runner:abc" in images
     assert warm_key(spec) != warm_key(warm_spec(trial_body(), plan, None))
+
+
+def test_a_sweeps_pool_waits_for_its_sweep_after_a_claim_before_replacing_the_pod() -> None:
+    """A claim lowers what a Sweep wants by one near its end, written after the claim: its
+    pool replaces a claimed pod only CLAIM_SETTLE_SEC after the claim (by then the spec says
+    whether the Sweep still wants it). A WarmPool of its own replaces at once."""
+    before, after = frozenset({"p1"}), frozenset({"p1", "p2"})
+    hold, seen = refill_hold(ClaimWatch(before), after, True, 100.0)  # p2 claimed
+    assert hold == CLAIM_SETTLE_SEC and seen.waiting_since == 100.0
+    hold, seen = refill_hold(seen, frozenset({"p1", "p2", "p3"}), True, 100.4)  # another
+    assert 0 < hold < CLAIM_SETTLE_SEC and seen.waiting_since == 100.0  # not pushed back
+    hold, seen = refill_hold(seen, after, True, 100.0 + CLAIM_SETTLE_SEC)
+    assert hold == 0 and seen.waiting_since is None
+    # One trial ended (its pod gone) and another claimed between two passes: still a claim.
+    assert refill_hold(ClaimWatch(after), frozenset({"p2", "p3"}), True, 100.0)[0] > 0
+    assert refill_hold(ClaimWatch(before), after, False, 100.0)[0] == 0  # its own pool
+    assert refill_hold(ClaimWatch(after), after, True, 100.0)[0] == 0  # no new claim

@@ -8,7 +8,7 @@ replaced as well; pods over the wanted number go, the least advanced first."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from shipyard.api.conventions import LABEL_WARM_KEY, iso
@@ -17,6 +17,7 @@ from shipyard.api.reasons import Reason
 from shipyard.reconcile.pod_observation import observe_pod
 
 WarmState = Literal["ready", "starting", "dead", "deleting"]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,10 @@ def decide(replicas: int, key: str | None, pods: list[WarmPod], claimed: int,
     live = [p for p in pods if p.state in ("ready", "starting") and key is not None
             and p.key == key]
     delete = [p for p in pods if p.state != "deleting" and p not in live]
-    ordered = sorted(live, key=lambda p: (p.state == "ready", p.created_at or datetime.min))
+    # The least advanced first: a starting pod before a ready one, the newest first (an older
+    # starting pod is the closer to running; deleting it wastes the most of its start).
+    ordered = sorted(live, key=lambda p: (p.state == "ready", -(p.created_at or EPOCH)
+                                          .timestamp()))
     excess = max(0, len(live) - replicas)
     delete += ordered[:excess]
     kept = ordered[excess:]
@@ -84,3 +88,33 @@ def decide(replicas: int, key: str | None, pods: list[WarmPod], claimed: int,
                                    observed_generation=generation)]
     return PoolDecision(create=0 if key is None else max(0, replicas - len(live)),
                         delete=delete, status=status)
+
+
+CLAIM_SETTLE_SEC = 1.0
+"""How long a Sweep's pool waits, after a claim, before it replaces the claimed pod: the
+Sweep sizes it again first (near its end, one less per claim)."""
+
+
+@dataclass(frozen=True)
+class ClaimWatch:
+    """What a pool's last pass saw: its claimed pods (by name), and since when a claim waits
+    before its pod is replaced (None: none waits)."""
+
+    claimed: frozenset[str] = frozenset()
+    waiting_since: float | None = None
+
+
+def refill_hold(seen: ClaimWatch, claimed: frozenset[str], sweeps: bool, now: float
+                ) -> tuple[float, ClaimWatch]:
+    """Seconds to hold back replacing claimed pods (0: none), and what to remember. A Sweep's
+    pool (`sweeps`) is sized by its Sweep, which counts a trial holding a pod as started and
+    writes the new size after the claim: a pool that replaced a claimed pod at once would
+    make a pod it then deletes unclaimed near the Sweep's end. So a claim's replacement waits
+    CLAIM_SETTLE_SEC, by when the Sweep's size holds (or still wants it, mid-sweep). A
+    WarmPool of its own replaces at once."""
+    since = seen.waiting_since
+    if sweeps and since is None and claimed - seen.claimed:  # a pod claimed since
+        since = now
+    if since is not None and now - since < CLAIM_SETTLE_SEC:
+        return CLAIM_SETTLE_SEC - (now - since), ClaimWatch(claimed, since)
+    return 0.0, ClaimWatch(claimed)

@@ -197,7 +197,11 @@ class SweepDriver:
                                             sweep_selector(self.name))
             self.pools = {p["metadata"]["name"]: p.get("spec") for p in found
                           if _owned_by(p, self.body)}
-        started = {t.slot_key for t in self.index.trials.values() if t.phase != "Pending"}
+        # Started: running, or holding its pod already (a claimed warm pod, a cold one): a
+        # trial whose pod is starting must not count as one still to warm a pod for (its
+        # pool would make one for it, then delete it unclaimed when the trial runs).
+        started = {t.slot_key for t in self.index.trials.values()
+                   if t.phase != "Pending" or wake.holds_pod(self.namespace, t.name)}
         unstarted: dict[str, list[Slot]] = {}
         for slot in slots:
             if slot.task in ready and slot.key not in started:

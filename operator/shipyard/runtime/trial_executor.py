@@ -20,6 +20,7 @@ from shipyard.api.conventions import (
     LABEL_NETWORK,
     artifacts_configmap_name,
     launch_key,
+    owner_name,
 )
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
@@ -61,7 +62,7 @@ from shipyard.render.pod import (
     runner_configmap_name,
     truncate_log,
 )
-from shipyard.runtime import warm_pools
+from shipyard.runtime import wake, warm_pools
 from shipyard.runtime.executor import execs
 from shipyard.runtime.runner_files import ensure_runner
 from shipyard.runtime.status_writer import StatusWriter
@@ -165,6 +166,7 @@ class KubeTrialExecutor:
             if claimed is not None:  # a warm pod (docs/warm-pods.md)
                 name = claimed["metadata"]["name"]
                 self.waker.pods[name] = claimed
+                self._wake_sweep()
                 return loop.PodCreated(action.role, name, claimed["spec"]["containers"][0]["image"],
                                        claimed["metadata"]["labels"].get(LABEL_NETWORK), warm=True)
         name = pod_name_for(self.body, action.role, index, self.status.attempt)
@@ -175,8 +177,17 @@ class KubeTrialExecutor:
             manifest = self.gate.pod(manifest)  # the admitted flavor's node labels
         created = await self.call(objects.create_pod, manifest)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
+        if action.role == loop.machine.Role.ENV:
+            self._wake_sweep()
         return loop.PodCreated(action.role, name, manifest["spec"]["containers"][0]["image"],
                                manifest["metadata"]["labels"].get(LABEL_NETWORK))
+
+    def _wake_sweep(self) -> None:
+        """The trial holds its environment pod now: its Sweep sizes its warm pods again at
+        once (`SweepDriver.keep_warm` counts it started)."""
+        sweep = owner_name(self.body, "Sweep")
+        if sweep is not None:
+            wake.wake(wake.SWEEP, self.namespace, sweep)
 
     async def service_logs(self, action: loop.ServiceLogs) -> loop.ServiceLogsRead:
         """The docker-compose sidecars' logs, kept with the trial's logs before its pod goes."""

@@ -55,6 +55,13 @@ def waiting(kind: str, namespace: str, name: str) -> bool:
     return (kind, namespace, name) in _waiters
 
 
+def holds_pod(namespace: str, trial: str) -> bool:
+    """Has this Trial's driver (in this process) a pod: one it created or claimed (set before
+    the watch tells of it), or one the watch told of and not deleted?"""
+    w = _waiters.get((TRIAL, namespace, trial))
+    return w is not None and any(body is not None for body in w.pods.values())
+
+
 def wake(kind: str, namespace: str, name: str) -> None:
     """Wake the waiter of the key and every waiter following it. Call it on the event loop:
     an asyncio.Event set from another thread does not wake the loop."""

@@ -28,6 +28,7 @@ from shipyard.api.conditions import material
 from shipyard.api.conventions import (
     ANNOTATION_CLAIMED_BY,
     LABEL_COMPONENT,
+    LABEL_SWEEP,
     LABEL_WARM_POOL,
     Component,
     label_value,
@@ -44,7 +45,13 @@ from shipyard.plan.network import NetworkSettings
 from shipyard.plan.phases import PlanError, TrialPlan, build_plan, check_runnable
 from shipyard.plan.settings import OperatorSettings
 from shipyard.plan.warm import claims_warm_pod, pool_trial
-from shipyard.reconcile.warm_pool import claimable, decide, observe_warm_pod
+from shipyard.reconcile.warm_pool import (
+    ClaimWatch,
+    claimable,
+    decide,
+    observe_warm_pod,
+    refill_hold,
+)
 from shipyard.render.network_policy import build_namespace_baseline
 from shipyard.render.pod import SECRETS_MOUNT, build_runner_configmap, probe_image_for
 from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
@@ -208,6 +215,7 @@ class PoolDriver:
         self.fit: tuple[tuple[Any, ...], dict[str, Any], str] | None = None
         self.fit_at = -1e9
         self.network = NetworkSettings()
+        self.claims = ClaimWatch()
 
     async def reconcile(self) -> float:
         pool = {"apiVersion": self.body.get("apiVersion"), "kind": self.body.get("kind"),
@@ -224,20 +232,28 @@ class PoolDriver:
         pods = await asyncio.to_thread(kube.pool_pods, self.namespace, label_value(self.name))
         unclaimed = [p for p in pods
                      if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == Component.WARM]
-        claimed = sum(1 for p in pods if p not in unclaimed
-                      and not p["metadata"].get("deletionTimestamp"))
+        claimed_names = frozenset(p["metadata"]["name"] for p in pods if p not in unclaimed
+                                  and not p["metadata"].get("deletionTimestamp"))
+        claimed = len(claimed_names)
+        generation = pool["metadata"].get("generation")
         decision = decide(spec.replicas if spec else 0, fit[1] if fit else None,
-                          [observe_warm_pod(p) for p in unclaimed], claimed,
-                          pool["metadata"].get("generation"), now, blocked)
+                          [observe_warm_pod(p) for p in unclaimed], claimed, generation, now,
+                          blocked)
+        hold, self.claims = refill_hold(self.claims, claimed_names,
+                                        LABEL_SWEEP in (pool["metadata"].get("labels") or {}),
+                                        time.monotonic())
         for pod in decision.delete:
             await asyncio.to_thread(kube.delete_unclaimed, self.namespace, pod.name,
                                     pod.resource_version)
+        status = decision.status.model_dump(by_alias=True, mode="json")
+        if decision.create and hold > 0:  # the Sweep may want one less: see first
+            return min(hold, await self.write(status))
         if decision.create and fit is not None and spec is not None:
             await self.prepare_namespace()
             manifest = build_warm_pod(pool, spec.task_ref.name, fit[0], fit[1])
             for _ in range(decision.create):
                 await asyncio.to_thread(kube.create_pod, manifest)
-        return await self.write(decision.status.model_dump(by_alias=True, mode="json"))
+        return await self.write(status)
 
     async def pod_spec(self, pool: dict[str, Any]) -> tuple[dict[str, Any], str] | str:
         """The pool's pod spec and key, or why there is none now (the task is missing or not
