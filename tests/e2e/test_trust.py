@@ -696,3 +696,29 @@ def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(sh
     finally:
         shipyard.core.patch_namespaced_config_map(name, shipyard.namespace,
                                                   {"metadata": {"finalizers": None}})
+
+
+def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(shipyard):
+    """The other side of the check: a ConfigMap an operator made (another replica, one before
+    a restart) holds what its name stands for, so finding it again keeps it (same uid)."""
+    from pathlib import Path
+
+    from shipyard.kube import objects
+    from shipyard.render.pod import build_runner_configmap
+    from shipyard.render.runner_parts import runner_configmaps
+    from tests.e2e.conftest import local_runner
+
+    folder = Path(local_runner()[1])
+    made = [build_runner_configmap(shipyard.namespace), *runner_configmaps(
+        shipyard.namespace, (folder / "runner").read_bytes(), (folder / "loader").read_bytes())]
+    for configmap in made:
+        objects.ensure_configmap(configmap)
+
+    def uids() -> dict[str, str]:
+        return {cm["metadata"]["name"]: shipyard.core.read_namespaced_config_map(
+            cm["metadata"]["name"], shipyard.namespace).metadata.uid for cm in made}
+
+    first = uids()
+    for configmap in made:
+        objects.ensure_configmap(configmap)
+    assert uids() == first and len(first) >= 2
