@@ -698,27 +698,23 @@ def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(sh
                                                   {"metadata": {"finalizers": None}})
 
 
-def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(shipyard):
-    """The other side of the check: a ConfigMap an operator made (another replica, one before
-    a restart) holds what its name stands for, so finding it again keeps it (same uid)."""
-    from pathlib import Path
-
-    from shipyard.kube import objects
-    from shipyard.render.pod import build_runner_configmap
-    from shipyard.render.runner_parts import runner_configmaps
-    from tests.e2e.conftest import local_runner
-
-    folder = Path(local_runner()[1])
-    made = [build_runner_configmap(shipyard.namespace), *runner_configmaps(
-        shipyard.namespace, (folder / "runner").read_bytes(), (folder / "loader").read_bytes())]
-    for configmap in made:
-        objects.ensure_configmap(configmap)
+def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(operator,
+                                                                              shipyard):
+    """The other side of the check: a restarted operator finds the runner ConfigMaps it made
+    before holding what their names stand for, and keeps them (the same uids, no warning)."""
+    shipyard.task("again", separate_task())
+    shipyard.trial("again-1", "again", {"name": "nop"})
+    assert shipyard.wait("again-1", timeout=240)["status"].get("reward") == 0.0
+    names = _runner_configmap_names()
 
     def uids() -> dict[str, str]:
-        return {cm["metadata"]["name"]: shipyard.core.read_namespaced_config_map(
-            cm["metadata"]["name"], shipyard.namespace).metadata.uid for cm in made}
+        return {n: shipyard.core.read_namespaced_config_map(n, shipyard.namespace).metadata.uid
+                for n in names}
 
     first = uids()
-    for configmap in made:
-        objects.ensure_configmap(configmap)
-    assert uids() == first and len(first) >= 2
+    operator.kill()
+    operator.start()  # a new process: it checks this namespace's ConfigMaps again
+    shipyard.trial("again-2", "again", {"name": "nop"})
+    assert shipyard.wait("again-2", timeout=240)["status"].get("reward") == 0.0
+    assert uids() == first
+    assert f"ConfigMap {shipyard.namespace}/" not in operator.log()
