@@ -632,17 +632,18 @@ FORGED_RUNNER = ("#!/bin/sh\n# planted-9c4e\necho 'state=done rc=0 result=1 end=
 FORGED_PART = b"\x7fELF planted-9c4e"
 
 
-def _runner_configmap_names() -> list[str]:
-    """The runner.sh ConfigMap's name and, with the Go runner (the tests' default; not under
-    SHIPYARD_RUNNER=sh), its first part's."""
+def _runner_configmap_names(cluster) -> list[str]:
+    """The runner.sh ConfigMap's name and, when the tests' operator mounts the Go runner from
+    ConfigMaps (the local cluster's default; not under SHIPYARD_RUNNER=sh nor
+    SHIPYARD_RUNNER_FILES=none), its first part's."""
     from pathlib import Path
 
     from shipyard.render.pod import runner_configmap_name
     from shipyard.render.runner_parts import runner_configmap_names
-    from tests.e2e.conftest import local_runner
+    from tests.e2e.conftest import build_env
 
     names = [runner_configmap_name()]
-    folder = Path(os.environ.get("SHIPYARD_RUNNER_FILES") or local_runner()[1])
+    folder = Path(build_env(cluster.local).get("SHIPYARD_RUNNER_FILES") or "none")
     if os.environ.get("SHIPYARD_RUNNER", "go") != "sh" and (folder / "runner").is_file():
         names += runner_configmap_names((folder / "runner").read_bytes(),
                                         (folder / "loader").read_bytes()).names[:1]
@@ -657,11 +658,11 @@ def _plant(shipyard, name: str, finalizer: bool = False) -> None:
         "binaryData": {"runner.0": base64.b64encode(FORGED_PART).decode()}})
 
 
-def test_a_runner_configmap_someone_else_made_first_is_replaced_not_run(shipyard):
+def test_a_runner_configmap_someone_else_made_first_is_replaced_not_run(cluster, shipyard):
     """The operator finds that what the names hold is not what they stand for and replaces
     them before any pod mounts them: the nop agent scores 0, the oracle 1, and the
     ConfigMaps then hold the operator's runner."""
-    names = _runner_configmap_names()
+    names = _runner_configmap_names(cluster)
     for name in names:
         _plant(shipyard, name)
     shipyard.task("planted", separate_task())
@@ -677,10 +678,11 @@ def test_a_runner_configmap_someone_else_made_first_is_replaced_not_run(shipyard
         assert cm.immutable, name
 
 
-def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(shipyard):
+def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(cluster,
+                                                                           shipyard):
     """The planted ConfigMap carries a finalizer, so deleting it leaves it in place: the trial
     fails saying which ConfigMap holds foreign content, and no pod of it ever ran."""
-    name = _runner_configmap_names()[0]
+    name = _runner_configmap_names(cluster)[0]
     _plant(shipyard, name, finalizer=True)
     try:
         shipyard.task("held", separate_task())
@@ -698,14 +700,14 @@ def test_a_runner_configmap_that_cannot_be_replaced_fails_the_trial_naming_it(sh
                                                   {"metadata": {"finalizers": None}})
 
 
-def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(operator,
+def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(cluster, operator,
                                                                               shipyard):
     """The other side of the check: a restarted operator finds the runner ConfigMaps it made
     before holding what their names stand for, and keeps them (the same uids, no warning)."""
     shipyard.task("again", separate_task())
     shipyard.trial("again-1", "again", {"name": "nop"})
     assert shipyard.wait("again-1", timeout=240)["status"].get("reward") == 0.0
-    names = _runner_configmap_names()
+    names = _runner_configmap_names(cluster)
 
     def uids() -> dict[str, str]:
         return {n: shipyard.core.read_namespaced_config_map(n, shipyard.namespace).metadata.uid

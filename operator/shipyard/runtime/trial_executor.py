@@ -379,21 +379,18 @@ class KubeTrialExecutor:
                 return loop.Nothing()  # none were packed (the trial ended before)
             refused = reply.error
             self.logger.warning(f"artifacts of {action.pod} not kept: {refused}")
-        try:
-            await self._keep(reply.stdout if reply.state == "ok" else b"", action.step, refused,
-                             packed=reply.state == "ok")
-        except ApiException as e:
-            self.logger.warning(f"artifacts of {action.pod} not kept: {e.status} {e.reason}")
+        await self._keep_for_export(reply.stdout if reply.state == "ok" else None,
+                                    action.step, refused, action.pod)
         return loop.Nothing()
 
     async def _keep_for_export(self, raw: bytes | None, step: str | None,
-                               refused: str | None) -> None:
-        """An earlier step's artifacts, as read for its separate verifier, kept for the
-        export too (the last step's are kept when the environment pod stops). Best effort."""
+                               refused: str | None, pod: str) -> None:
+        """`_keep`, best effort (a failed write is logged, never fails the trial): what a
+        shared verifier packed, or an earlier step's as read for its separate verifier."""
         try:
             await self._keep(raw or b"", step, refused, packed=raw is not None)
         except ApiException as e:
-            self.logger.warning(f"artifacts of step {step} not kept: {e.status} {e.reason}")
+            self.logger.warning(f"artifacts of {pod} not kept: {e.status} {e.reason}")
 
     async def kept_artifacts(self) -> bytes | None:
         first = await self.call(kube_artifacts.load, self.namespace,
@@ -436,7 +433,8 @@ class KubeTrialExecutor:
                     problem, clean = str(e), None
             if self.status.pod_name and self._earlier_step_index(phase.step) is not None:
                 over = reply.exit_code == loop.ARTIFACTS_OVER_LIMIT
-                await self._keep_for_export(raw, phase.step, reply.error if over else None)
+                await self._keep_for_export(raw, phase.step, reply.error if over else None,
+                                            pod)
             if problem and clean is not None:
                 self.logger.warning(f"no artifacts from {pod}'s main container: {problem}")
             if clean is not None:
