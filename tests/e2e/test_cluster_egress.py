@@ -14,6 +14,7 @@ import http.server
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -243,3 +244,66 @@ def test_a_separate_verifier_pod_is_kept_out_of_the_cluster_too(
     assert seen.pop(outside) == "reached", seen
     assert seen == dict.fromkeys(targets, "blocked"), seen
     assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_a_public_trial_stays_out_of_the_cluster_after_the_namespaces_shared_objects_went(
+        cluster, shipyard, core_v1, namespace, other_namespace, outside):
+    """A user deletes the namespace's shared policies and runner ConfigMaps while the operator
+    runs (as deleting and making again a namespace does). Between two trials: the next public
+    trial is kept out of the cluster as the first was, and runs (its pod is not left without
+    its runner). While a trial runs: they are made again at once, before its agent probes."""
+    other_ip = http_pod(core_v1, other_namespace, "web")
+    targets = cluster_targets(core_v1, other_namespace, other_ip)
+    shipyard.task("pub", probe_task([outside], None))
+    networking = client.NetworkingV1Api(core_v1.api_client)
+
+    def shared() -> tuple[set[str], set[str]]:
+        policies = {p.metadata.name for p in networking.list_namespaced_network_policy(
+            namespace).items if not p.metadata.owner_references}
+        runner = {c.metadata.name for c in core_v1.list_namespaced_config_map(
+            namespace, label_selector="app.kubernetes.io/component=runner").items}
+        return policies, runner
+
+    def delete_shared() -> None:
+        policies, runner = shared()
+        assert {"shipyard-trial-pods-deny", "shipyard-trial-pods-public"} <= policies
+        assert runner
+        for policy in policies:
+            networking.delete_namespaced_network_policy(policy, namespace)
+        for configmap in runner:
+            core_v1.delete_namespaced_config_map(configmap, namespace)
+
+    def kept_out(name: str) -> None:
+        trial = shipyard.wait(name, timeout=300)
+        logs = shipyard.core.read_namespaced_config_map(
+            trial["status"]["logsConfigMap"], namespace).data
+        assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+        seen = json.loads(next(line for line in logs["verifier.log"].splitlines()
+                               if line.startswith("{")))
+        assert seen.pop(outside) == "reached", seen
+        assert seen == dict.fromkeys(targets, "blocked"), (name, seen)
+
+    shipyard.trial("first", "pub", agent([*targets, outside]))
+    kept_out("first")
+    delete_shared()  # made again at once while the first's driver still ends, else by the next
+    time.sleep(1)
+    shipyard.trial("second", "pub", agent([*targets, outside]))
+    kept_out("second")
+    # The agent waits for the deletion, then probes: what runs is never left open.
+    probe = agent([*targets, outside])
+    probe["command"] = ("i=0; while [ ! -e /tmp/go ] && [ $i -lt 300 ]; do sleep 0.2; "
+                        "i=$((i+1)); done; " + probe["command"])
+    shipyard.trial("third", "pub", probe)
+    shipyard.wait("third", timeout=120,
+                  until=lambda t: (t.get("status") or {}).get("phase") == "Running")
+    time.sleep(1)
+    delete_shared()
+    deadline = time.monotonic() + 10
+    while not all(shared()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    policies, runner = shared()
+    assert {"shipyard-trial-pods-deny", "shipyard-trial-pods-public"} <= policies
+    assert runner
+    pod = shipyard.wait("third", timeout=10, until=lambda t: True)["status"]["podName"]
+    cluster.kubectl_run("exec", "-n", namespace, pod, "-c", "main", "--", "touch", "/tmp/go")
+    kept_out("third")

@@ -205,7 +205,8 @@ def test_service_account_is_least_privilege(cluster, install):
     # What it needs, only where it serves.
     for verb, resource in (("create", "pods"), ("create", "pods/exec"), ("patch", "trials"),
                            ("patch", "trials/status"), ("create", "configmaps"),
-                           ("delete", "configmaps"),
+                           ("delete", "configmaps"), ("watch", "configmaps"),
+                           ("watch", "networkpolicies.networking.k8s.io"),
                            ("create", "networkpolicies.networking.k8s.io")):
         assert can(verb, resource, ns), (verb, resource)
         assert not can(verb, resource, "default"), (verb, resource, "default")

@@ -93,7 +93,9 @@ app.kubernetes.io/part-of: shipyard
   verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch, update, delete]  # delete: a foreign runner ConfigMap (docs/trust.md)
+  # delete: a foreign runner ConfigMap; list, watch: the runner's deleted are made again
+  # (docs/trust.md)
+  verbs: [get, list, watch, create, patch, update, delete]
 {{- if and (eq .Values.builds.backend "buildkit") .Values.builds.buildkitd.tls.enabled }}
 - apiGroups: [""]
   resources: [secrets]

@@ -22,7 +22,7 @@ from shipyard.handlers import (  # noqa: F401
     warm_pools,
 )
 from shipyard.kube.client import requests_made
-from shipyard.runtime import config, metrics, trial_tasks
+from shipyard.runtime import config, metrics, shared_objects, trial_tasks
 from shipyard.runtime.executor import MeasuredExecutor, execs
 from shipyard.runtime.leader import Leadership
 
@@ -94,6 +94,7 @@ def run(namespaces: list[str], liveness: str | None, verbose: bool,
     if leadership is not None:
         leadership.acquire(liveness)
         leadership.keep()
+    shared_objects.start(namespaces)
     try:
         asyncio.run(
             kopf.operator(
@@ -104,5 +105,6 @@ def run(namespaces: list[str], liveness: str | None, verbose: bool,
             )
         )
     finally:
+        shared_objects.stop()
         if leadership is not None:
             leadership.release()

@@ -159,6 +159,21 @@ def apply_network_objects(objects: list[dict[str, Any]]) -> None:
 
 
 _baselines: dict[tuple[str, str], threading.Lock | None] = {}
+_baseline_objects: dict[str, list[dict[str, Any]]] = {}
+
+
+def forget_baseline(namespace: str) -> list[dict[str, Any]] | None:
+    """A shared policy of `namespace` was deleted: the next trial makes them again. Returns
+    what was last ensured there (None: nothing), for the caller to ensure again at once."""
+    with _lock:
+        for key in [k for k in _baselines if k[0] == namespace]:
+            del _baselines[key]
+        return _baseline_objects.pop(namespace, None)
+
+
+def baseline_namespaces() -> list[str]:
+    with _lock:
+        return list(_baseline_objects)
 
 
 def ensure_namespace_baseline(objects: list[dict[str, Any]]) -> None:
@@ -187,6 +202,7 @@ def ensure_namespace_baseline(objects: list[dict[str, Any]]) -> None:
                             "resourceVersion": current["metadata"]["resourceVersion"]}})
         with _lock:
             _baselines[key] = None
+            _baseline_objects[namespace] = objects
 
 
 def label_pod(namespace: str, name: str, labels: dict[str, str]) -> bool:

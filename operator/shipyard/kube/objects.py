@@ -123,6 +123,19 @@ def ensure_configmap_once(configmap: dict[str, Any]) -> None:
             _ensured[key] = None
 
 
+def forget_configmap(namespace: str, name: str) -> None:
+    """A ConfigMap `ensure_configmap_once` made was deleted: the next call makes it again."""
+    with _ensured_lock:
+        if _ensured.get((namespace, name), False) is None:
+            del _ensured[(namespace, name)]
+
+
+def ensured_configmaps() -> list[tuple[str, str]]:
+    """(namespace, name) of each ConfigMap `ensure_configmap_once` made or found equal."""
+    with _ensured_lock:
+        return [k for k, v in _ensured.items() if v is None]
+
+
 def merge_configmap_data(configmap: dict[str, Any], exists: bool = False) -> None:
     """Create the ConfigMap, or add its data keys to the existing one (`exists`: patch it
     without trying to create it first)."""

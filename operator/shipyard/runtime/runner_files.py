@@ -27,10 +27,28 @@ def _files(folder: str) -> tuple[bytes, bytes] | None:
         return None
 
 
+@functools.cache
+def _names(folder: str) -> RunnerConfigMaps | None:
+    """The ConfigMaps' names (a digest of the files: hashed once, not per trial)."""
+    files = _files(folder)
+    return runner_configmap_names(*files) if files else None
+
+
+_ready: set[tuple[str, str]] = set()
+"""(namespace, first ConfigMap) whose runner ConfigMaps this process made or found equal: no
+trial of theirs renders the 2.7 MB runner into ConfigMaps again."""
+
+
+def forget(namespace: str) -> None:
+    """A runner ConfigMap of `namespace` was deleted: the next trial there makes them again."""
+    for key in [k for k in list(_ready) if k[0] == namespace]:
+        _ready.discard(key)
+
+
 def runner_of(settings: OperatorSettings) -> Runner:
     """The runner of the pods made under `settings` (for a pod's spec: no API call)."""
-    if settings.runner_files is not None and (files := _files(settings.runner_files)):
-        return runner_configmap_names(*files)
+    if settings.runner_files is not None and (names := _names(settings.runner_files)):
+        return names
     return settings.runner_image
 
 
@@ -46,9 +64,10 @@ def go_runner_name(settings: OperatorSettings) -> str:
 def ensure_runner(settings: OperatorSettings, namespace: str) -> Runner:
     """(In a thread) `runner_of`, its ConfigMaps made in `namespace` first (once a process)."""
     runner = runner_of(settings)
-    if isinstance(runner, RunnerConfigMaps):
+    if isinstance(runner, RunnerConfigMaps) and (namespace, runner.names[0]) not in _ready:
         files = _files(settings.runner_files or "")
         assert files is not None
         for configmap in runner_configmaps(namespace, *files):
             objects.ensure_configmap_once(configmap)
+        _ready.add((namespace, runner.names[0]))
     return runner

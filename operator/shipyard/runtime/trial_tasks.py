@@ -130,6 +130,11 @@ def running() -> int:
     return len(_running)
 
 
+def serves(namespace: str) -> bool:
+    """A trial of `namespace` is driven here (safe from another thread: a copy of the keys)."""
+    return any(ns == namespace for ns, _ in list(_running))
+
+
 async def stop_all(timeout: float) -> None:
     """The operator stops: cancel every task and give them `timeout` seconds to end."""
     tasks = [e.task for e in _running.values() if e.task is not None]

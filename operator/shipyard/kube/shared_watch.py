@@ -1,0 +1,68 @@
+"""Watches of the objects the operator makes once per namespace and process and every trial
+pod there relies on (the shared NetworkPolicies, the runner's ConfigMaps): a label-selected
+watch, so only those objects stream, that reports each deletion."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from kubernetes import client, watch
+
+from shipyard.kube.client import api_client, core
+from shipyard.kube.errors import ApiException
+
+STREAM_SECONDS = 270
+RETRY_SEC = 5.0
+FORBIDDEN_RETRY_SEC = 300.0
+log = logging.getLogger("shipyard.shared")
+
+
+def _lister(resource: str, namespace: str | None) -> tuple[Callable[..., object], tuple[str, ...]]:
+    if resource == "networkpolicies":
+        net = client.NetworkingV1Api(api_client())
+        if namespace is None:
+            return net.list_network_policy_for_all_namespaces, ()
+        return net.list_namespaced_network_policy, (namespace,)
+    if namespace is None:
+        return core().list_config_map_for_all_namespaces, ()
+    return core().list_namespaced_config_map, (namespace,)
+
+
+def follow_deletions(resource: str, namespace: str | None, selector: str,
+                     deleted: Callable[[str, str], None], resync: Callable[[], None],
+                     stop: threading.Event) -> None:
+    """(A thread, until `stop`) `deleted(namespace, name)` for each object of `resource`
+    ("networkpolicies" or "configmaps") matching `selector` that is deleted, in `namespace`
+    (None: every namespace). `resync()` after each (re-)list: a deletion may have gone unseen
+    while the watch was down."""
+    lister, args = _lister(resource, namespace)
+    version: str | None = None
+    while not stop.is_set():
+        try:
+            if version is None:
+                listed = lister(*args, label_selector=selector)
+                version = listed.metadata.resource_version  # type: ignore[attr-defined]
+                resync()
+            for event in watch.Watch().stream(
+                    lister, *args, label_selector=selector, resource_version=version,
+                    timeout_seconds=STREAM_SECONDS, allow_watch_bookmarks=True):
+                obj = event["object"]
+                version = obj.metadata.resource_version or version
+                if event["type"] == "DELETED":
+                    deleted(obj.metadata.namespace, obj.metadata.name)
+        except ApiException as e:
+            if e.status in (401, 403):
+                log.error(f"may not watch {resource} ({selector}, {e.status} {e.reason}): "
+                          "one deleted is made again only by an operator restarted with the "
+                          "right to (the chart's role has it)")
+                stop.wait(FORBIDDEN_RETRY_SEC)
+            elif e.status != 410:
+                log.warning(f"watching {resource} ({selector}) failed: {e.status} {e.reason}")
+                stop.wait(RETRY_SEC)
+            version = None
+        except Exception as e:  # a dropped connection: list and watch again
+            log.warning(f"watching {resource} ({selector}) failed: {e}")
+            stop.wait(RETRY_SEC)
+            version = None
