@@ -454,3 +454,59 @@ def test_the_api_refuses_a_sweep_with_bad_attempts_or_an_unknown_agent(crds, cus
             create_sweep(custom_objects, namespace, "bad", **body)
         assert refused.value.status == 422
         assert field in json.loads(refused.value.body)["message"]
+
+
+def test_a_namespace_deleted_mid_sweep_and_made_again_runs_the_sweep_again_to_its_end(
+        shipyard, custom_objects, core_v1) -> None:
+    """A user deletes the namespace of a running Sweep (its Trials, pods, ConfigMaps and
+    policies go with it) and, the operator still running, makes it again under the same name
+    and applies the same Task and Sweep: the namespace goes (no finalizer of the operator's
+    holds it), and the second Sweep runs each of its trials once to its reward, as a first
+    would, in pods kept out of the cluster by the namespace's baseline made again."""
+    from kubernetes import client
+
+    ns = shipyard.namespace
+
+    def apply() -> None:
+        shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                     inline_task("pa"))
+        create_sweep(custom_objects, ns, "again", tasks={"names": ["pa"]},
+                     agents=[{"name": "oracle"}, {"name": "nop"}], attempts=3, parallelism=2)
+
+    apply()
+    wait_sweep(custom_objects, ns, "again",
+               lambda s: any(t["status"].get("phase") in FINISHED
+                             for t in sweep_trials(custom_objects, ns, "again")
+                             if t.get("status")), timeout=180)
+    core_v1.delete_namespace(ns, propagation_policy="Background")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            core_v1.read_namespace(ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                break
+            raise
+        time.sleep(0.5)
+    else:
+        left = {plural: [o["metadata"]["name"] for o in custom_objects
+                         .list_namespaced_custom_object(GROUP, VERSION, ns, plural)["items"]]
+                for plural in ("sweeps", "trials", "tasks")}
+        raise AssertionError(f"namespace {ns} still there after 120 s: {left}")
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=ns, labels={"shipyard.dev/test-namespace": "true"})))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            core_v1.read_namespaced_service_account("default", ns)
+            break
+        except client.ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+    apply()
+    sweep = wait_sweep(custom_objects, ns, "again", complete, timeout=300)
+    check_plan_ran_once(sweep, sweep_trials(custom_objects, ns, "again"), ["pa"])
+    networking = client.NetworkingV1Api(core_v1.api_client)
+    shared = {p.metadata.name for p in networking.list_namespaced_network_policy(ns).items}
+    assert {"shipyard-trial-pods-deny", "shipyard-trial-pods-public"} <= shared
