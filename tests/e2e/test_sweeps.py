@@ -510,3 +510,35 @@ def test_a_namespace_deleted_mid_sweep_and_made_again_runs_the_sweep_again_to_it
     networking = client.NetworkingV1Api(core_v1.api_client)
     shared = {p.metadata.name for p in networking.list_namespaced_network_policy(ns).items}
     assert {"shipyard-trial-pods-deny", "shipyard-trial-pods-public"} <= shared
+
+
+def test_a_sweep_deleted_and_applied_again_at_once_runs_each_trial_again_in_its_own_pods(
+        shipyard, custom_objects) -> None:
+    """`kubectl delete` then `apply` of a running Sweep: its trials' names are fixed by its
+    plan, so the new Sweep's Trials, pods and ConfigMaps take names the old ones still hold
+    until the garbage collector removes them. The new Sweep runs every slot once, each trial
+    in a pod of its own (a nop scores 0 even where an oracle of the old Sweep wrote the
+    answer), its Trials and their objects all its own."""
+    ns = shipyard.namespace
+    shipyard.api.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                 inline_task("ra"))
+    spec = {"tasks": {"names": ["ra"]}, "agents": [{"name": "oracle"}, {"name": "nop"}],
+            "attempts": 2, "parallelism": 4}
+    create_sweep(custom_objects, ns, "redo", **spec)
+    wait_sweep(custom_objects, ns, "redo",
+               lambda s: sum(1 for t in sweep_trials(custom_objects, ns, "redo")
+                             if (t.get("status") or {}).get("phase") == "Running") >= 2,
+               timeout=120)
+    custom_objects.delete_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "redo")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not any(s["metadata"]["name"] == "redo" for s in custom_objects
+                   .list_namespaced_custom_object(GROUP, VERSION, ns, "sweeps")["items"]):
+            break
+        time.sleep(0.1)
+    uid = create_sweep(custom_objects, ns, "redo", **spec)["metadata"]["uid"]
+    sweep = wait_sweep(custom_objects, ns, "redo", complete, timeout=300)
+    trials = sweep_trials(custom_objects, ns, "redo")
+    check_plan_ran_once(sweep, trials, ["ra"])
+    for trial in trials:
+        assert [o["uid"] for o in trial["metadata"]["ownerReferences"]] == [uid]

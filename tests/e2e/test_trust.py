@@ -720,3 +720,66 @@ def test_the_operators_own_runner_configmaps_found_again_are_kept_as_they_are(cl
     assert shipyard.wait("again-2", timeout=240)["status"].get("reward") == 0.0
     assert uids() == first
     assert f"ConfigMap {shipyard.namespace}/" not in operator.log()
+
+
+def _reuse_task(no_network: bool) -> dict[str, str]:
+    network = 'network_mode = "no-network"\n' if no_network else ""
+    return {
+        "task.toml": ('schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n'
+                      '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
+                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+                      f'{network}'),
+        "instruction.md": "Write the answer key into /logs/artifacts/answer.txt.\n",
+        "tests/test.sh": ("#!/bin/bash\ngot=$(cat /logs/artifacts/answer.txt 2>/dev/null)\n"
+                          f'[ "$got" = "{EXPECTED}" ] && echo 1 > /logs/verifier/reward.txt '
+                          "|| echo 0 > /logs/verifier/reward.txt\n"),
+        "solution/solve.sh": f"#!/bin/bash\necho {EXPECTED} > /logs/artifacts/answer.txt\n",
+    }
+
+
+def test_a_trial_made_again_under_a_just_deleted_trials_name_gets_none_of_its_objects(
+        shipyard):
+    """`kubectl delete` then `apply` of a Trial (or of a Sweep, whose trial names are fixed by
+    its plan): the old trial's pod (5 s of grace), logs ConfigMap and policies still hold the
+    names the new one's would have. The new trial must not run in the old pod (whose agent
+    wrote the answer), nor adopt its objects: a nop scores 0, and what it ran under is its own."""
+    from kubernetes import client
+
+    ns = shipyard.namespace
+    networking = client.NetworkingV1Api(shipyard.core.api_client)
+    for network in (False, True):
+        task = f"reuse-{int(network)}"
+        name = f"same-{int(network)}"
+        shipyard.task(task, _reuse_task(network))
+        agent = {"name": "command",
+                 "command": f"echo {EXPECTED} > /logs/artifacts/answer.txt; sleep 100"}
+        shipyard.trial(name, task, agent)
+        shipyard.wait(name, timeout=120, until=lambda t: (t.get("status") or {}).get(
+            "currentPhase") == "agent")
+        time.sleep(1)
+        shipyard.api.delete_namespaced_custom_object("shipyard.dev", "v1alpha1", ns, "trials",
+                                                     name)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                shipyard.api.get_namespaced_custom_object("shipyard.dev", "v1alpha1", ns,
+                                                          "trials", name)
+            except client.ApiException as e:
+                if e.status == 404:
+                    break
+                raise
+            time.sleep(0.1)
+        shipyard.trial(name, task, {"name": "nop"})
+        uid = shipyard.api.get_namespaced_custom_object("shipyard.dev", "v1alpha1", ns,
+                                                        "trials", name)["metadata"]["uid"]
+        trial = shipyard.wait(name, timeout=180)
+        assert trial["status"]["phase"] == "Completed", brief(trial)
+        assert trial["status"]["rewards"] == {"reward": 0.0}, brief(trial)
+        logs = shipyard.core.read_namespaced_config_map(trial["status"]["logsConfigMap"], ns)
+        assert [o.uid for o in logs.metadata.owner_references] == [uid]
+        if network:
+            owned = [p for p in networking.list_namespaced_network_policy(ns).items
+                     if p.metadata.name.startswith(name)]
+            assert owned and all([o.uid for o in p.metadata.owner_references] == [uid]
+                                 for p in owned), [(p.metadata.name, p.metadata.owner_references)
+                                                   for p in owned]

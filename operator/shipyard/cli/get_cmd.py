@@ -259,13 +259,13 @@ def trial_artifacts(trials: list[dict[str, Any]]) -> dict[str, TrialArtifacts]:
         parts_of,
     )
 
-    def one(ns: str, name: str, index: int | None) -> TrialArtifacts | None:
-        first = kube_artifacts.load(ns, [artifacts_configmap_name(name, 0, index)])
+    def one(ns: str, name: str, uid: str, index: int | None) -> TrialArtifacts | None:
+        first = kube_artifacts.load(ns, [artifacts_configmap_name(name, 0, index)], uid)
         if not first:
             return None
         entries = kept_entries(first[0])
         rest = kube_artifacts.load(ns, [artifacts_configmap_name(name, i, index)
-                                        for i in range(1, parts_of(first[0]))])
+                                        for i in range(1, parts_of(first[0]))], uid)
         if entries is None or rest is None:
             return None  # kept by an older operator, or a part is gone
         refused = kept_refusal(first[0])
@@ -281,8 +281,9 @@ def trial_artifacts(trials: list[dict[str, Any]]) -> dict[str, TrialArtifacts]:
     for t in trials:
         ns, name = t["metadata"]["namespace"], t["metadata"]["name"]
         steps = len((t.get("status") or {}).get("steps") or [])
-        kept = [one(ns, name, index) for index in range(1, steps)]  # earlier steps'
-        kept.append(one(ns, name, None))
+        uid = t["metadata"].get("uid", "")
+        kept = [one(ns, name, uid, index) for index in range(1, steps)]  # earlier steps'
+        kept.append(one(ns, name, uid, None))
         merged = TrialArtifacts()
         for part in kept:
             if part is not None:

@@ -8,8 +8,14 @@ from typing import Any
 
 import kopf
 
-from shipyard.api.conventions import LABEL_COMPONENT, LABEL_TRIAL, POD_COMPONENTS, owner_name
-from shipyard.runtime import pods, wake
+from shipyard.api.conventions import (
+    LABEL_COMPONENT,
+    LABEL_TRIAL,
+    POD_COMPONENTS,
+    owner_name,
+    owner_references,
+)
+from shipyard.runtime import pods, trial_tasks, wake
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_TRIAL: kopf.PRESENT, LABEL_COMPONENT: kopf.PRESENT})
@@ -22,6 +28,9 @@ async def pod_changed(event: dict[str, Any], body: kopf.Body, namespace: str, na
         return
     # The owner's name, not the label: a label value may be a shortened name.
     owner = owner_name(body, "Trial")
+    owner_uid = next((o.get("uid") for o in owner_references(body, "Trial")), None)
+    if owner is not None and trial_tasks.runs_other(namespace, owner, owner_uid):
+        return  # a deleted Trial's pod under the name a new one of the same name uses
     w = wake.get(wake.TRIAL, namespace, owner or "")
     if w is None:
         if owner is None or event.get("type") == "DELETED":

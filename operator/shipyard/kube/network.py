@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from shipyard.kube.client import api_client, core
 from shipyard.kube.errors import create_or_none
+from shipyard.kube.owned import create_owned
 
 # (group/version, resource) pairs whose presence selects an FQDN backend.
 FQDN_APIS = (
@@ -144,18 +145,41 @@ def cluster_ranges() -> frozenset[str]:
 
 
 def apply_network_objects(objects: list[dict[str, Any]]) -> None:
-    """Create the objects; existing ones are kept (a trial's policies never change)."""
-    networking = client.NetworkingV1Api(api_client())
-    custom = client.CustomObjectsApi(api_client())
+    """Create the trial's objects; its own found are kept (a trial's policies never change),
+    a deleted namesake's are replaced (`owned.create_owned`: the garbage collector would
+    remove them under the new trial's pods)."""
     for obj in objects:
-        namespace = obj["metadata"]["namespace"]
-        if obj["kind"] == "NetworkPolicy":
-            create_or_none(networking.create_namespaced_network_policy, namespace, obj)
-        else:
-            group, version = obj["apiVersion"].split("/")
-            plural = CUSTOM_PLURALS[(group, obj["kind"])]
-            create_or_none(custom.create_namespaced_custom_object, group, version, namespace,
-                           plural, obj)
+        _apply_owned(obj)
+
+
+def _apply_owned(obj: dict[str, Any]) -> None:
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    if obj["kind"] == "NetworkPolicy":
+        networking = client.NetworkingV1Api(api_client())
+        create_owned(
+            lambda: networking.create_namespaced_network_policy(namespace, obj),
+            lambda: _read_or_none(networking.read_namespaced_network_policy, name, namespace),
+            lambda options: networking.delete_namespaced_network_policy(name, namespace,
+                                                                        body=options), obj)
+        return
+    custom = client.CustomObjectsApi(api_client())
+    group, version = obj["apiVersion"].split("/")
+    plural = CUSTOM_PLURALS[(group, obj["kind"])]
+    create_owned(
+        lambda: custom.create_namespaced_custom_object(group, version, namespace, plural, obj),
+        lambda: _read_or_none(custom.get_namespaced_custom_object, group, version, namespace,
+                              plural, name),
+        lambda options: custom.delete_namespaced_custom_object(group, version, namespace,
+                                                               plural, name, body=options), obj)
+
+
+def _read_or_none(read: Any, *args: Any) -> Any | None:
+    try:
+        return read(*args)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 _baselines: dict[tuple[str, str], threading.Lock | None] = {}

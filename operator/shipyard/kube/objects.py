@@ -11,6 +11,7 @@ from kubernetes.client.rest import ApiException
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube.client import api_client, core, custom
 from shipyard.kube.errors import create_or_none
+from shipyard.kube.owned import ForeignObject, create_owned
 
 log = logging.getLogger("shipyard.objects")
 
@@ -29,16 +30,19 @@ def get_pod(namespace: str, name: str) -> dict[str, Any] | None:
 
 
 def create_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """Create the pod; an existing one of the same name (a retried create) is returned."""
+    """Create the trial's pod; its own of the same name (a retried create) is returned, one a
+    deleted namesake left is replaced (`owned.create_owned`)."""
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    try:
-        return _sanitize(core().create_namespaced_pod(ns, pod))
-    except ApiException as e:
-        if e.status == 409:
-            existing = get_pod(ns, name)
-            if existing is not None:
-                return existing
-        raise
+    for _ in range(3):
+        created = create_owned(
+            lambda: core().create_namespaced_pod(ns, pod), lambda: get_pod(ns, name),
+            lambda options: core().delete_namespaced_pod(name, ns, body=options), pod)
+        if created is not None:
+            return _sanitize(created)
+        existing = get_pod(ns, name)
+        if existing is not None:
+            return existing
+    raise ForeignObject(f"pod {ns}/{name} keeps being deleted and made again by someone else")
 
 
 def container_log(namespace: str, pod: str, container: str, limit_bytes: int) -> str:
@@ -147,7 +151,10 @@ def merge_configmap_data(configmap: dict[str, Any], exists: bool = False) -> Non
         except ApiException as e:
             if e.status != 404:
                 raise
-    if create_or_none(core().create_namespaced_config_map, ns, configmap) is None:
+    if create_owned(lambda: core().create_namespaced_config_map(ns, configmap),
+                    lambda: get_configmap(ns, name),
+                    lambda options: core().delete_namespaced_config_map(name, ns, body=options),
+                    configmap) is None:
         core().patch_namespaced_config_map(name, ns, {"data": configmap["data"]})
 
 

@@ -393,12 +393,14 @@ class KubeTrialExecutor:
             self.logger.warning(f"artifacts of {pod} not kept: {e.status} {e.reason}")
 
     async def kept_artifacts(self) -> bytes | None:
+        uid = self.body["metadata"].get("uid", "")
         first = await self.call(kube_artifacts.load, self.namespace,
-                                [artifacts_configmap_name(self.name, 0)])
+                                [artifacts_configmap_name(self.name, 0)], uid)
         if not first:
             return None
         names = [artifacts_configmap_name(self.name, i) for i in range(1, parts_of(first[0]))]
-        rest = await self.call(kube_artifacts.load, self.namespace, names) if names else []
+        rest = (await self.call(kube_artifacts.load, self.namespace, names, uid) if names
+                else [])
         if rest is None:
             return None
         return b"".join(part_bytes(cm) for cm in [*first, *rest])

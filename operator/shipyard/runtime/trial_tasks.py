@@ -130,6 +130,13 @@ def running() -> int:
     return len(_running)
 
 
+def runs_other(namespace: str, name: str, uid: str | None) -> bool:
+    """A driver runs here for a Trial of this name with another uid than `uid` (an object of
+    a deleted Trial of the same name, e.g. its pod, not yet collected)."""
+    entry = _running.get((namespace, name))
+    return entry is not None and bool(entry.uid) and entry.uid != uid
+
+
 def serves(namespace: str) -> bool:
     """A trial of `namespace` is driven here (safe from another thread: a copy of the keys)."""
     return any(ns == namespace for ns, _ in list(_running))
