@@ -7,6 +7,7 @@ and deliver the agent's Secrets into a claimed pod's `secrets` container over an
 from __future__ import annotations
 
 import base64
+import logging
 import shlex
 from typing import Any
 
@@ -23,8 +24,11 @@ from shipyard.api.conventions import (
 from shipyard.api.models import GROUP, VERSION
 from shipyard.kube import objects, runner
 from shipyard.kube.client import core, custom
-from shipyard.kube.errors import ApiException, create_or_none
+from shipyard.kube.errors import ApiException
 from shipyard.kube.objects import _sanitize
+from shipyard.kube.owned import ForeignObject, create_owned
+
+log = logging.getLogger("shipyard.warm")
 
 
 def list_pods(namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
@@ -121,10 +125,21 @@ def list_pools(namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def apply_pool(body: dict[str, Any]) -> None:
-    """Create the WarmPool, or set the spec of the one there."""
+    """Create the Sweep's WarmPool, or set the spec of its own there; one a deleted Sweep of
+    the same name left is replaced (`owned.create_owned`), one that is not a Sweep's is left
+    alone (the Sweep's trials of that task then start cold)."""
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    if create_or_none(custom().create_namespaced_custom_object, GROUP, VERSION, ns, "warmpools",
-                      body) is None:
+    try:
+        created = create_owned(
+            lambda: custom().create_namespaced_custom_object(GROUP, VERSION, ns, "warmpools",
+                                                             body),
+            lambda: objects.get_custom("warmpools", ns, name),
+            lambda options: custom().delete_namespaced_custom_object(
+                GROUP, VERSION, ns, "warmpools", name, body=options), body)
+    except ForeignObject as e:
+        log.warning(f"no warm pods for this pool: {e}")
+        return
+    if created is None:
         custom().patch_namespaced_custom_object(GROUP, VERSION, ns, "warmpools", name,
                                                 {"spec": body["spec"]})
 
