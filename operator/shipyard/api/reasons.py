@@ -32,6 +32,7 @@ class Reason(StrEnum):
     IMAGE_PULL_FAILED = "ImagePullFailed"
     UNSCHEDULABLE = "Unschedulable"
     POD_LOST = "PodLost"
+    POD_REJECTED = "PodRejected"
     OOM_KILLED = "OOMKilled"
     SECRET_NOT_FOUND = "SecretNotFound"
     CANCELLED = "Cancelled"
@@ -117,8 +118,8 @@ REASONS_FAILED = frozenset({
     Reason.HEALTHCHECK_FAILED, Reason.ENVIRONMENT_START_TIMEOUT,
     Reason.ENVIRONMENT_SETUP_FAILED, Reason.STEP_FAILED, Reason.NETWORK_POLICY_UNENFORCEABLE,
     Reason.TASK_INVALID, Reason.TASK_NOT_FOUND, Reason.TRIAL_INVALID, Reason.IMAGE_PULL_FAILED,
-    Reason.UNSCHEDULABLE, Reason.POD_LOST, Reason.OOM_KILLED, Reason.SECRET_NOT_FOUND,
-    Reason.CANCELLED, Reason.IMAGE_BUILD_FAILED, Reason.BUILD_TIMEOUT,
+    Reason.UNSCHEDULABLE, Reason.POD_LOST, Reason.POD_REJECTED, Reason.OOM_KILLED,
+    Reason.SECRET_NOT_FOUND, Reason.CANCELLED, Reason.IMAGE_BUILD_FAILED, Reason.BUILD_TIMEOUT,
     Reason.IMAGE_BUILD_UNSUPPORTED, Reason.NO_IMAGE_BUILDER,
 })
 """The reasons a Trial's `Failed` condition may carry."""

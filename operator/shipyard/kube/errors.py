@@ -15,6 +15,7 @@ __all__ = [
     "ApiException",
     "ConfigException",
     "TransportError",
+    "api_message",
     "create_or_none",
     "describe",
     "error_body",
@@ -26,6 +27,18 @@ def error_body(e: ApiException, limit: int = 300) -> str:
     """The start of the apiserver's answer, for a message."""
     body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
     return (body or "")[:limit]
+
+
+def api_message(e: ApiException, limit: int = 1000) -> str:
+    """The apiserver's own words for a refusal (its Status `message`: "pods "x" is
+    forbidden: failed quota: …"), else the start of its answer."""
+    try:
+        body = json.loads(e.body or "")
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])[:limit]
+    except (TypeError, ValueError):
+        pass
+    return error_body(e, limit) or f"{e.status} {e.reason}"
 
 
 def create_or_none(create: Callable[..., Any], *args: Any) -> Any | None:

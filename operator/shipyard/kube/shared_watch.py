@@ -48,10 +48,17 @@ def follow_deletions(resource: str, namespace: str | None, selector: str,
             for event in watch.Watch().stream(
                     lister, *args, label_selector=selector, resource_version=version,
                     timeout_seconds=STREAM_SECONDS, allow_watch_bookmarks=True):
-                obj = event["object"]
-                version = obj.metadata.resource_version or version
+                # The raw object: a BOOKMARK's or an ERROR's is not the resource's model.
+                raw = event.get("raw_object") or {}
+                meta = raw.get("metadata") or {}
+                if event["type"] == "ERROR":
+                    if raw.get("code") == 410:  # expired: list again
+                        version = None
+                        break
+                    raise RuntimeError(raw.get("message") or str(raw)[:200])
+                version = meta.get("resourceVersion") or version
                 if event["type"] == "DELETED":
-                    deleted(obj.metadata.namespace, obj.metadata.name)
+                    deleted(meta.get("namespace", ""), meta.get("name", ""))
         except ApiException as e:
             if e.status in (401, 403):
                 log.error(f"may not watch {resource} ({selector}, {e.status} {e.reason}): "

@@ -262,6 +262,23 @@ class NetworkRefused:
 
 
 @dataclass(frozen=True)
+class PodRefused:
+    """The apiserver refused to create the pod (its admission: a ResourceQuota, a
+    LimitRange, Pod Security, a webhook). `quota_full`: refused only because a ResourceQuota
+    is used up now (other pods will end), so the trial waits and tries again."""
+
+    role: machine.Role
+    code: int
+    message: str
+    quota_full: bool
+
+
+QUOTA_RETRY_SEC = 5.0
+"""How often a trial whose pod a full ResourceQuota refused tries again (a pod's end in the
+namespace wakes it sooner)."""
+
+
+@dataclass(frozen=True)
 class PodCreated:
     role: machine.Role
     name: str
@@ -299,8 +316,8 @@ class ServiceLogsRead:
 
 
 Observation = (Nothing | Written | TrialSeen | PodsSeen | PodFetched | Woken | Admitted
-               | NetworkApplied | NetworkRefused | PodCreated | Labelled | ExecReply
-               | ServiceLogsRead)
+               | NetworkApplied | NetworkRefused | PodCreated | PodRefused | Labelled
+               | ExecReply | ServiceLogsRead)
 
 # ---------------------------------------------------------------- state
 
@@ -763,6 +780,20 @@ def absorb(state: LoopState, seen: Observation, now: datetime) -> LoopState:
                 state.status, Reason.NETWORK_POLICY_UNENFORCEABLE,
                 f"could not create the trial's network policies ({seen.code} {seen.reason}): "
                 f"{seen.body}", now))
+            return replace(state, todo=(*[t for t in state.todo
+                                          if not isinstance(t, CreatePodObject)], Observe()))
+        case PodRefused(role=role, code=code, message=message, quota_full=True):
+            text = (f"the {machine.Role(role).noun} pod waits for the namespace's quota: "
+                    f"{message}")
+            waiting = machine.waiting_for_capacity(state.status, text, now)
+            if waiting is not None:
+                state = take(state, *waiting)
+            return _queue(state, FLUSH, WaitWake(QUOTA_RETRY_SEC), Observe(True))
+        case PodRefused(role=role, code=code, message=message):
+            state = take(state, *machine.fail(
+                state.status, Reason.POD_REJECTED,
+                f"the cluster refused the {machine.Role(role).noun} pod ({code}): {message}",
+                now))
             return replace(state, todo=(*[t for t in state.todo
                                           if not isinstance(t, CreatePodObject)], Observe()))
         case PodCreated(role=role, name=name, image=image, network=key, warm=warm):

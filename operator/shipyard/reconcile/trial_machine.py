@@ -259,7 +259,8 @@ def given_up(status: TrialStatus, message: str, now: datetime) -> tuple[TrialSta
     it cannot store): the trial ends with the reason of the phase it was in (the verifier's
     for verification and anything after), never a retry."""
     rec = current_record(status)
-    reason = TASK_FAILURE_REASONS.get(rec.name if rec else "", Reason.VERIFIER_FAILED)
+    reason = (TASK_FAILURE_REASONS.get(rec.name, Reason.VERIFIER_FAILED) if rec is not None
+              else Reason.ENVIRONMENT_SETUP_FAILED)  # before any phase: its pod's start
     return fail(status, reason, message, now)
 
 
@@ -997,7 +998,8 @@ def _unschedulable_text(plan: TrialPlan, role: Role, rec: PhaseRecord, scheduler
 
 def waiting_for_capacity(status: TrialStatus, message: str,
                          now: datetime) -> tuple[TrialStatus, Outcome] | None:
-    """Pending while the nodes are full (None when that is on record already)."""
+    """Pending while the nodes are full, or a ResourceQuota of the namespace is (None when
+    that is on record already)."""
     if any(c.type == "Running" and c.reason == Reason.WAITING_FOR_CAPACITY
            for c in status.conditions):
         return None

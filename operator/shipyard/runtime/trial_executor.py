@@ -28,7 +28,7 @@ from shipyard.kube import artifacts as kube_artifacts
 from shipyard.kube import network as kube_network
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
-from shipyard.kube.errors import ApiException, error_body, is_server_error
+from shipyard.kube.errors import ApiException, api_message, error_body, is_server_error
 from shipyard.kube.pod_exec import EXEC_TIMEOUT_SEC
 from shipyard.plan.compose import service_log_key
 from shipyard.plan.network import NetworkSettings
@@ -152,7 +152,8 @@ class KubeTrialExecutor:
             await self.call(objects.delete_pod, self.namespace, name)
         return loop.Nothing()
 
-    async def create_pod_object(self, action: loop.CreatePodObject) -> loop.PodCreated:
+    async def create_pod_object(self, action: loop.CreatePodObject
+                                ) -> loop.PodCreated | loop.PodRefused:
         plan = self.plan
         assert plan is not None
         await self.call(objects.ensure_configmap_once, build_runner_configmap(self.namespace))
@@ -175,7 +176,14 @@ class KubeTrialExecutor:
                                    runner)
         if self.gate is not None:
             manifest = self.gate.pod(manifest)  # the admitted flavor's node labels
-        created = await self.call(objects.create_pod, manifest)
+        try:
+            created = await self.call(objects.create_pod, manifest)
+        except ApiException as e:
+            if e.status not in (400, 403, 422):
+                raise
+            message = api_message(e)
+            return loop.PodRefused(action.role, e.status, message,
+                                   e.status == 403 and "exceeded quota" in message)
         self.waker.pods.setdefault(name, created)  # until the watch tells more: no GET
         if action.role == loop.machine.Role.ENV:
             self._wake_sweep()

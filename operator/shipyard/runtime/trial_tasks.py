@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from shipyard.kube.errors import ApiException, TransportError, is_server_error
+from shipyard.kube.errors import ApiException, TransportError, api_message, is_server_error
 
 FIRST_BACKOFF_SEC = 1.0
 MAX_BACKOFF_SEC = 60.0
@@ -98,8 +98,10 @@ async def _supervise(key: tuple[str, str], entry: _Running,
             except Exception as e:  # transient (e.g. an apiserver 5xx): start again
                 repeated = 0 if transient(e) else repeated + 1
                 if give_up is not None and repeated >= MAX_REPEATED_FAILURES:
+                    what = (f"{e.status}: {api_message(e, 300)}" if isinstance(e, ApiException)
+                            else str(e)[:300])
                     message = (f"the operator failed {repeated} times in a row driving this "
-                               f"trial ({type(e).__name__}: {str(e)[:300]}); ended")
+                               f"trial ({type(e).__name__} {what}); ended")
                     logger.exception(f"driving the trial failed: {message}")
                     try:
                         await give_up(kopf.Body(entry.raw), logger, message)

@@ -325,3 +325,58 @@ def test_each_steps_artifacts_are_kept_as_its_shared_verifier_ends() -> None:
         carried = PackedArtifacts(7, b"the tar") if tar else None
         assert all(k.packed == carried for k in keeps)
         assert executor.calls.index("KeepArtifacts") < executor.calls.index("RemovePods")
+
+
+class RefusingExecutor(FakeExecutor):
+    """The apiserver refuses the pod `refusals` times (a full ResourceQuota), or for good."""
+
+    def __init__(self, refusal: loop.PodRefused, refusals: int | None) -> None:
+        super().__init__()
+        self.refusal, self.refusals = refusal, refusals
+
+    async def create_pod_object(self, action: loop.CreatePodObject
+                                ) -> loop.PodCreated | loop.PodRefused:
+        if self.refusals is None or self.refusals > 0:
+            if self.refusals is not None:
+                self.refusals -= 1
+            return replace(self.refusal, role=action.role)
+        return await super().create_pod_object(action)
+
+
+QUOTA_FULL = ('pods "t-env" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, '
+              "limited: pods=2")
+QUOTA_LIMITS = ('pods "t-env" is forbidden: failed quota: q: must specify limits.cpu for: '
+                "main; limits.memory for: main")
+
+
+def test_a_pod_a_full_quota_refuses_waits_and_is_made_once_the_quota_has_room() -> None:
+    executor = RefusingExecutor(loop.PodRefused(machine.Role.ENV, 403, QUOTA_FULL, True), 3)
+    driver = drive(executor)
+    assert driver.status.phase == "Completed" and driver.status.reward == 1
+    assert executor.calls.count("CreatePodObject") == 4
+    waits = [a for a in executor.actions if isinstance(a, loop.WaitWake)]
+    assert waits and all(w.timeout == loop.QUOTA_RETRY_SEC for w in waits[:3])
+    # Said once, with the apiserver's words, while it waited.
+    assert executor.events.count(Reason.WAITING_FOR_CAPACITY) == 1
+    waiting = next(w for w in executor.writes if w is not None and any(
+        c.reason == Reason.WAITING_FOR_CAPACITY for c in w.conditions))
+    text = next(c.message for c in waiting.conditions if c.reason == Reason.WAITING_FOR_CAPACITY)
+    assert text == f"the environment pod waits for the namespace's quota: {QUOTA_FULL}"
+
+
+def test_a_pod_the_cluster_refuses_for_good_fails_the_trial_at_once_in_its_words() -> None:
+    executor = RefusingExecutor(loop.PodRefused(machine.Role.ENV, 403, QUOTA_LIMITS, False),
+                                None)
+    driver = drive(executor)
+    status = driver.status
+    assert status.phase == "Failed"
+    failed = machine.terminal_condition(status)
+    assert failed.reason == Reason.POD_REJECTED
+    assert failed.message == f"the cluster refused the environment pod (403): {QUOTA_LIMITS}"
+    assert executor.calls.count("CreatePodObject") == 1  # no retries of a permanent refusal
+    assert executor.writes[-1] == status
+
+
+def test_a_driver_given_up_before_any_phase_fails_as_the_environment_not_the_verifier() -> None:
+    status, _ = machine.given_up(TrialStatus(), "the operator failed 5 times in a row", now())
+    assert machine.terminal_condition(status).reason == Reason.ENVIRONMENT_SETUP_FAILED
