@@ -1,8 +1,8 @@
 """Trials in a namespace set up as platform teams set up shared ones: a ResourceQuota that
-requires limits, or that holds only so many pods. The apiserver refuses such a pod at its
-create; a refusal for good fails the trial at once in the apiserver's own words
-(`PodRejected`), a quota that is only full now makes the trial wait for room
-(`WaitingForCapacity`), as the nodes being full does."""
+requires limits, or that holds only so many pods, and Pod Security levels. The apiserver
+refuses such a pod at its create; a refusal for good fails the trial at once in the
+apiserver's own words (`PodRejected`), a quota that is only full now makes the trial wait for
+room (`WaitingForCapacity`), as the nodes being full does (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,21 @@ def test_a_full_quota_makes_the_next_trial_wait_for_room_then_run(shipyard, core
               if e.reason == "WaitingForCapacity"]
     assert waited and "waits for the namespace's quota" in waited[0].message, waited
     assert "exceeded quota: team" in waited[0].message, waited[0].message
+
+
+def test_pod_security_baseline_admits_trial_pods_and_restricted_refuses_them_naming_why(
+        shipyard, core_v1):
+    ns = shipyard.namespace
+    shipyard.task("ps", _task())
+    for level, name in (("baseline", "ps-baseline"), ("restricted", "ps-restricted")):
+        core_v1.patch_namespace(ns, {"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": level}}})
+        shipyard.trial(name, "ps")
+        trial = shipyard.wait(name, timeout=120)
+        if level == "baseline":
+            assert trial["status"]["phase"] == "Completed", brief(trial)
+            assert trial["status"]["rewards"] == {"reward": 1.0}
+        else:
+            failed = condition(trial, "Failed")
+            assert failed is not None and failed["reason"] == "PodRejected", brief(trial)
+            assert 'violates PodSecurity "restricted' in failed["message"], failed
