@@ -62,6 +62,8 @@ ENVIRONMENT_PATTERNS = [
     (r"FQDN network policy backend", "no FQDN network policy backend on this cluster"),
     (r"[Uu]se\.?[Cc]omputer|computer-use|Daytona|daytona|DAYTONA",
      "a computer-use/sandbox provider"),
+    (r"environments \(nodes, hosts, VMs\) are not provided",
+     "an environment type (machines, VMs) that a fork of Harbor adds and pods cannot be"),
 ]
 
 
