@@ -168,11 +168,13 @@ class SweepDriver:
         admitted = admit(spec, slots, tasks, list(self.index.trials.values()))
         self.computed = time.perf_counter() - began
         for slot, gen in admitted:
-            made = await asyncio.to_thread(kube.create_trial, self.namespace,
-                                           trial_body(sweep, spec, slot, gen))
+            body = trial_body(sweep, spec, slot, gen)
+            made = await asyncio.to_thread(kube.create_trial, self.namespace, body)
             if made is None:  # the cache missed it: list again before creating more
                 await self.resync()
-                return 0.0
+                # Not ours: a deleted Sweep of the same name's, not collected yet (its
+                # deletion wakes this Sweep): no create again before then, or a second.
+                return 0.0 if body["metadata"]["name"] in self.index.trials else 1.0
             self.index.put(observe(made))
         began = time.perf_counter()
         status = sweep_status(sweep, spec, tasks, slots, list(self.index.trials.values()), now)
