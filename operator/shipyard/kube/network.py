@@ -195,9 +195,11 @@ def forget_baseline(namespace: str) -> list[dict[str, Any]] | None:
         return _baseline_objects.pop(namespace, None)
 
 
-def baseline_namespaces() -> list[str]:
+def baseline_names() -> dict[str, list[str]]:
+    """The shared policies this process made or found, by namespace."""
     with _lock:
-        return list(_baseline_objects)
+        return {ns: [o["metadata"]["name"] for o in objs]
+                for ns, objs in _baseline_objects.items()}
 
 
 def ensure_namespace_baseline(objects: list[dict[str, Any]]) -> None:

@@ -4,8 +4,9 @@ pod out of the cluster, and the runner's ConfigMaps, which every trial pod mount
 operator makes them once per process and namespace (one request, not one per trial); a
 deletion (a user's cleanup, a namespace deleted and made again) is seen by a label-selected
 watch and makes them again at once where this operator runs trials, else before the next
-trial there. Without this, the next `public` trial of a namespace whose baseline was deleted
-ran with no policy at all: the apiserver, the metadata server and every pod were open to it."""
+trial there (a watch listed again compares what it lists with what was made). Without
+this, the next `public` trial of a namespace whose baseline was deleted ran with no policy
+at all: the apiserver, the metadata server and every pod were open to it."""
 
 from __future__ import annotations
 
@@ -57,9 +58,13 @@ def policy_deleted(namespace: str, name: str) -> None:
         log.warning(f"could not make the baseline of {namespace} again: {e.status} {e.reason}")
 
 
-def policies_resync() -> None:
-    for namespace in kube_network.baseline_namespaces():
-        policy_deleted(namespace, "(unseen while the watch was down)")
+def policies_resync(present: set[tuple[str, str]]) -> None:
+    """Listed again: a namespace whose baseline this process made and that is not all
+    there any more lost it while the watch was down."""
+    for namespace, names in kube_network.baseline_names().items():
+        gone = [n for n in names if (namespace, n) not in present]
+        if gone:
+            policy_deleted(namespace, gone[0])
 
 
 def configmap_deleted(namespace: str, name: str) -> None:
@@ -77,6 +82,7 @@ def configmap_deleted(namespace: str, name: str) -> None:
                     f"{e.status} {e.reason}")
 
 
-def configmaps_resync() -> None:
+def configmaps_resync(present: set[tuple[str, str]]) -> None:
     for namespace, name in objects.ensured_configmaps():
-        configmap_deleted(namespace, name)
+        if (namespace, name) not in present:
+            configmap_deleted(namespace, name)
