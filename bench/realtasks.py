@@ -188,7 +188,11 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
             run.phase = f"{run.phase} (bench timeout, at {status.get('currentPhase')})"
         run.reward, run.rewards = status.get("reward"), status.get("rewards")
         run.error = "; ".join(messages(trial))[:600]
-        run.evidence = [*messages(trial), *cluster.logs(ns, trial).splitlines()[-60:]]
+        logs = cluster.logs(ns, trial).splitlines()
+        # The runner's line about processes it ended is in the agent's log, which a long
+        # verifier log would push out of the tail kept.
+        ended = [ln for ln in logs if ISOLATION_LINE in ln][:1]
+        run.evidence = [*messages(trial), *ended, *logs[-60:]]
         outcome.runs.append(run)
     task = cluster.get(ns, "tasks", name)
     ready = [f"{c.get('reason')}: {c.get('message')}" for c in

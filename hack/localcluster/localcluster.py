@@ -341,6 +341,10 @@ def up() -> int:
     began = time.monotonic()
     t = Timings()
     if update_in_place(layout) and healthy_within(layout, 15):
+        # The kubelet's eviction under disk pressure deletes unused images, the pod sandbox's
+        # `pause` among them (containerd 1.6 does not pin it): no pod could start after.
+        for image in IMAGES:
+            ensure_imported(layout, image)
         ensure_runner_image(layout)
         ensure_mirrors(layout)
         ensure_cluster_dns(layout)
