@@ -39,13 +39,12 @@ META = {"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def follow_deletions(resource: str, namespace: str | None, selector: str,
-                     deleted: Callable[[str, str], None],
-                     resync: Callable[[set[tuple[str, str]]], None],
-                     stop: threading.Event) -> None:
+                     made: Callable[[], set[tuple[str, str]]],
+                     deleted: Callable[[str, str], None], stop: threading.Event) -> None:
     """(A thread, until `stop`) `deleted(namespace, name)` for each object of `resource`
     ("networkpolicies" or "configmaps") matching `selector` that is deleted, in `namespace`
-    (None: every namespace). `resync(present)` after each (re-)list, with the (namespace,
-    name) of each listed: a deletion may have gone unseen while the watch was down."""
+    (None: every namespace). At each (re-)list, also for what `made()` gave just before it
+    and the list lacks: a deletion may have gone unseen while the watch was down."""
     lister, args = _lister(resource, namespace)
 
     def stream(*a: Any, **kw: Any) -> Any:  # no return type: events stay the raw metadata
@@ -55,11 +54,14 @@ def follow_deletions(resource: str, namespace: str | None, selector: str,
     while not stop.is_set():
         try:
             if version is None:
+                before = made()  # taken first: what is made during the list is in it
                 listed = json.loads(lister(*args, label_selector=selector, _headers=META_LIST,
                                            _preload_content=False).data)
                 version = listed["metadata"]["resourceVersion"]
-                resync({(i["metadata"].get("namespace", ""), i["metadata"]["name"])
-                        for i in listed.get("items") or []})
+                present = {(i["metadata"].get("namespace", ""), i["metadata"]["name"])
+                           for i in listed.get("items") or []}
+                for namespace_, name in sorted(before - present):
+                    deleted(namespace_, name)
             for event in watch.Watch().stream(
                     stream, *args, label_selector=selector, resource_version=version,
                     timeout_seconds=STREAM_SECONDS, allow_watch_bookmarks=True,

@@ -31,14 +31,14 @@ def start(namespaces: list[str]) -> None:
     _stop.clear()
     patterns = not namespaces or any(c in ns for ns in namespaces for c in "*?[!")
     served: list[str | None] = [None] if patterns else list(namespaces)
-    for resource, component, deleted, resync in (
-            ("networkpolicies", Component.NETWORK_BASELINE, policy_deleted, policies_resync),
-            ("configmaps", Component.RUNNER, configmap_deleted, configmaps_resync)):
+    for resource, component, made, deleted in (
+            ("networkpolicies", Component.NETWORK_BASELINE, policies_made, policy_deleted),
+            ("configmaps", Component.RUNNER, configmaps_made, configmap_deleted)):
         selector = selector_string({**MANAGED_BY, LABEL_COMPONENT: component.value})
         for namespace in served:
             threading.Thread(target=follow_deletions, daemon=True,
                              name=f"shared {resource} {namespace or '*'}",
-                             args=(resource, namespace, selector, deleted, resync,
+                             args=(resource, namespace, selector, made, deleted,
                                    _stop)).start()
 
 
@@ -58,13 +58,9 @@ def policy_deleted(namespace: str, name: str) -> None:
         log.warning(f"could not make the baseline of {namespace} again: {e.status} {e.reason}")
 
 
-def policies_resync(present: set[tuple[str, str]]) -> None:
-    """Listed again: a namespace whose baseline this process made and that is not all
-    there any more lost it while the watch was down."""
-    for namespace, names in kube_network.baseline_names().items():
-        gone = [n for n in names if (namespace, n) not in present]
-        if gone:
-            policy_deleted(namespace, gone[0])
+def policies_made() -> set[tuple[str, str]]:
+    return {(ns, name) for ns, names in kube_network.baseline_names().items()
+            for name in names}
 
 
 def configmap_deleted(namespace: str, name: str) -> None:
@@ -82,7 +78,5 @@ def configmap_deleted(namespace: str, name: str) -> None:
                     f"{e.status} {e.reason}")
 
 
-def configmaps_resync(present: set[tuple[str, str]]) -> None:
-    for namespace, name in objects.ensured_configmaps():
-        if (namespace, name) not in present:
-            configmap_deleted(namespace, name)
+def configmaps_made() -> set[tuple[str, str]]:
+    return set(objects.ensured_configmaps())
