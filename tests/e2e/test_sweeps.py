@@ -525,10 +525,12 @@ def test_a_sweep_deleted_and_applied_again_at_once_runs_each_trial_again_in_its_
     spec = {"tasks": {"names": ["ra"]}, "agents": [{"name": "oracle"}, {"name": "nop"}],
             "attempts": 2, "parallelism": 4}
     create_sweep(custom_objects, ns, "redo", **spec)
+    # Trials started (running or, being quick, already finished: their objects hold the
+    # names either way until the Sweep's deletion reaches them).
     wait_sweep(custom_objects, ns, "redo",
                lambda s: sum(1 for t in sweep_trials(custom_objects, ns, "redo")
-                             if (t.get("status") or {}).get("phase") == "Running") >= 2,
-               timeout=120)
+                             if (t.get("status") or {}).get("phase") in ("Running", *FINISHED))
+               >= 2, timeout=120)
     custom_objects.delete_namespaced_custom_object(GROUP, VERSION, ns, "sweeps", "redo")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
