@@ -34,7 +34,10 @@ type packItem struct {
 // (Command through `bash -lc`, as User, under Timeout: failures ignored), sh (Command through
 // `sh -ec`, as root: an agent's install commands), pack (Items into Dst, a tar; never fails),
 // healthcheck (Harbor's loop: Command through `sh -c` as User under Timeout, again every
-// StartInterval s during StartPeriod s, then every Interval s until Retries failures in a row).
+// StartInterval s during StartPeriod s, then every Interval s until Retries failures in a row),
+// fence (no task code before the pod's network policy is in force: each of Addrs, ip:port,
+// refuses a connection or leaves it unanswered; after Timeout s the step fails with Command,
+// its "{}" the address still reached).
 type op struct {
 	Op       string     `json:"op"`
 	Paths    []string   `json:"paths,omitempty"`
@@ -46,6 +49,7 @@ type op struct {
 	Command  string     `json:"command,omitempty"`
 	Timeout  int        `json:"timeout,omitempty"`
 	Items    []packItem `json:"items,omitempty"`
+	Addrs    []string   `json:"addrs,omitempty"`
 
 	StartPeriod   float64 `json:"start_period,omitempty"`
 	StartInterval float64 `json:"start_interval,omitempty"`
@@ -165,6 +169,8 @@ func (o op) run(environ []string, out *os.File) error {
 		return runAs("", []string{"/bin/sh", "-ec", o.Command}, 0, environ, out)
 	case "healthcheck":
 		return o.healthcheck(environ, out)
+	case "fence":
+		return fence(o.Addrs, time.Duration(o.Timeout)*time.Second, o.Command)
 	case "pack":
 		if err := pack(o.Dst, o.Items, out); err != nil {
 			fmt.Fprintf(out, "shipyard runner: packing the artifacts: %v\n", err)

@@ -198,6 +198,9 @@ LOCAL_BUILD_ENV = {
     # The local cluster's pod CIDR and build network (hack/localcluster/operator_defaults.py):
     # `public` trial pods are kept out of them.
     "SHIPYARD_CLUSTER_CIDRS": "10.88.0.0/16,10.89.0.0/16",
+    # A pod's first phase waits at most this long for its policy (docs/network-and-accelerators.md,
+    # "The fence"): the test of a namespace that lets trial pods out waits it out.
+    "SHIPYARD_NETWORK_FENCE_SEC": "10",
     # The probe container for trials with long timeouts (the local cluster's busybox).
     "SHIPYARD_PROBE_IMAGE": LOCAL_PROBE_IMAGE,
 }

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import TEST_IMAGE, wait_ready
+from tests.e2e.conftest import TEST_IMAGE, condition, task_files, wait_ready
 from tests.e2e.test_build_network import host_addresses, reachable_from_host
 
 pytestmark = pytest.mark.usefixtures("local_only")
@@ -307,3 +307,106 @@ def test_a_public_trial_stays_out_of_the_cluster_after_the_namespaces_shared_obj
     pod = shipyard.wait("third", timeout=10, until=lambda t: True)["status"]["podName"]
     cluster.kubectl_run("exec", "-n", namespace, pod, "-c", "main", "--", "touch", "/tmp/go")
     kept_out("third")
+
+
+def test_no_task_code_runs_in_a_pod_its_namespace_lets_out_and_the_trial_says_why(
+        shipyard, core_v1, namespace):
+    """Policies add up: someone's NetworkPolicy letting every trial pod of the namespace out
+    (or a CNI that ignores NetworkPolicy) would leave a trial open. The pod's first phase finds
+    the apiserver answering, runs nothing of the task and fails the trial naming it; without
+    that policy the same task scores 1."""
+    networking = client.NetworkingV1Api(core_v1.api_client)
+    networking.create_namespaced_network_policy(namespace, client.V1NetworkPolicy(
+        metadata=client.V1ObjectMeta(name="everyone-out"),
+        spec=client.V1NetworkPolicySpec(
+            pod_selector=client.V1LabelSelector(match_expressions=[
+                client.V1LabelSelectorRequirement(key="shipyard.dev/trial", operator="Exists")]),
+            policy_types=["Egress"], egress=[client.V1NetworkPolicyEgressRule()])))
+    marker = "/logs/verifier/agent-ran"
+    files = task_files("echo 1 > /logs/verifier/reward.txt\n",
+                       solve_sh=f"mkdir -p /logs/verifier; touch {marker}\n")
+    shipyard.task("fenced", files)
+    shipyard.trial("open", "fenced")
+    trial = shipyard.wait("open", timeout=120)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "NetworkPolicyUnenforceable", trial["status"]
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert "network policy not in force" in failed["message"]
+    assert "the pod still reached the apiserver at" in failed["message"]
+    assert service in failed["message"] or ":6443" in failed["message"], failed["message"]
+    phases = {p["name"]: p for p in trial["status"].get("phases", [])}
+    assert "agent" not in phases or not phases["agent"].get("startedAt"), phases
+    assert trial["status"].get("rewards") is None
+    events = [e.message for e in shipyard.events("open") if e.reason == "Failed"
+              or "NetworkPolicyUnenforceable" in (e.reason or "")]
+    assert any("network policy not in force" in m for m in events), events
+
+    networking.delete_namespaced_network_policy("everyone-out", namespace)
+    time.sleep(2)
+    shipyard.trial("closed", "fenced")
+    trial = shipyard.wait("closed", timeout=120)
+    assert trial["status"]["phase"] == "Completed", trial["status"]
+    assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+WINDOW_PROBE = r'''
+import json, socket, sys, time
+targets, seen, end = sys.argv[1:], {}, time.monotonic() + 3
+while time.monotonic() < end:  # from the agent's first instant, again and again for 3 s
+    for t in targets:
+        host, port = t.rsplit(":", 1)
+        s = socket.socket()
+        s.settimeout(0.05)
+        try:
+            s.connect((host, int(port)))
+            seen[t] = seen.get(t, 0) + 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+    time.sleep(0.01)
+print(json.dumps(seen, sort_keys=True))
+'''
+
+
+def test_no_agent_reaches_the_cluster_in_the_moment_its_pod_starts(
+        shipyard, core_v1, namespace, other_namespace):
+    """A CNI programs a new pod's policies a moment after its containers start (kube-router:
+    about a second, more with many policies on the node). Eight trials start at once beside
+    120 policies of another namespace, each agent trying the apiserver from its first instant:
+    none reaches it."""
+    networking = client.NetworkingV1Api(core_v1.api_client)
+    for i in range(120):
+        networking.create_namespaced_network_policy(other_namespace, client.V1NetworkPolicy(
+            metadata=client.V1ObjectMeta(name=f"busy-{i}"),
+            spec=client.V1NetworkPolicySpec(
+                pod_selector=client.V1LabelSelector(match_labels={"app": "busy"}),
+                policy_types=["Ingress", "Egress"],
+                egress=[client.V1NetworkPolicyEgressRule(to=[client.V1NetworkPolicyPeer(
+                    ip_block=client.V1IPBlock(cidr=f"10.{i}.0.0/16"))])])))
+    for i in range(12):  # pods the policies select: each sync of the node's rules takes longer
+        core_v1.create_namespaced_pod(other_namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"busy-{i}", labels={"app": "busy"}),
+            spec=client.V1PodSpec(termination_grace_period_seconds=0, containers=[
+                client.V1Container(name="idle", image=TEST_IMAGE, image_pull_policy="Never",
+                                   command=["sleep", "infinity"])])))
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    targets = sorted({f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
+                                          for a in s.addresses for p in s.ports)})
+    files = task_files(
+        "cat /tmp/seen.json; echo\n"
+        "python3 -c 'import json; seen = json.load(open(\"/tmp/seen.json\")); "
+        "open(\"/logs/verifier/reward.txt\", \"w\").write(\"0\" if seen else \"1\")'\n")
+    files["environment/window.py"] = WINDOW_PROBE
+    shipyard.task("window", files)
+    command = f"python3 /app/window.py {' '.join(targets)} > /tmp/seen.json"
+    names = [f"window-{i}" for i in range(8)]
+    for name in names:
+        shipyard.trial(name, "window", {"name": "command", "command": command})
+    for name in names:
+        trial = shipyard.wait(name, timeout=300)
+        logs = core_v1.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+                                                  namespace).data
+        assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
+        assert trial["status"]["rewards"]["reward"] == 1.0, (name, logs.get("verifier.log"))

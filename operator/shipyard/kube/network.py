@@ -95,26 +95,39 @@ def node_ip_families() -> frozenset[str]:
     return _cached("families", _families)
 
 
-def _apiserver() -> frozenset[str]:
-    found = set()
+def _apiserver() -> frozenset[tuple[str, int]]:
+    """(address, port) of the `kubernetes` Service and of the endpoints it leads to."""
+    found: set[tuple[str, int]] = set()
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     if host:
-        found.add(host)
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+        found.add((host, int(port) if port.isdigit() else 443))
     try:
         service = core().read_namespaced_service("kubernetes", "default")
-        found.update(ip for ip in (service.spec.cluster_ips or [service.spec.cluster_ip]) if ip)
+        ports = [p.port for p in service.spec.ports or [] if p.port] or [443]
+        found.update((ip, port) for ip in (service.spec.cluster_ips or [service.spec.cluster_ip])
+                     if ip for port in ports)
         endpoints = core().read_namespaced_endpoints("kubernetes", "default")
         for subset in endpoints.subsets or []:
-            found.update(a.ip for a in subset.addresses or [] if a.ip)
+            ports = [p.port for p in subset.ports or [] if p.port] or [443]
+            found.update((a.ip, port) for a in subset.addresses or [] if a.ip for port in ports)
     except ApiException as e:
         if e.status not in (403, 404):
             raise
-    return frozenset(ip for ip in found if not ip.startswith("127.") and ip != "::1")
+    return frozenset((ip, port) for ip, port in found
+                     if not ip.startswith("127.") and ip != "::1")
 
 
 def apiserver_addresses() -> frozenset[str]:
     """The `kubernetes` Service's IPs and the apiserver endpoints it leads to (cached)."""
-    return _cached("apiserver", _apiserver)
+    return frozenset(ip for ip, _ in _cached("apiserver", _apiserver))
+
+
+def apiserver_sockets() -> frozenset[str]:
+    """The same as ``ip:port`` (``[ip]:port`` for IPv6), what the network fence connects to
+    (`plan.network.Fence`)."""
+    return frozenset(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+                     for ip, port in _cached("apiserver", _apiserver))
 
 
 def _cluster_ranges() -> frozenset[str]:

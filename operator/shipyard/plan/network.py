@@ -51,7 +51,11 @@ SETTING_ENV = {
     "block_apiserver": "SHIPYARD_BLOCK_APISERVER",
     "block_cluster": "SHIPYARD_BLOCK_CLUSTER_EGRESS",
     "cluster_cidrs": "SHIPYARD_CLUSTER_CIDRS",
+    "fence_sec": "SHIPYARD_NETWORK_FENCE_SEC",
 }
+DEFAULT_FENCE_SEC = 30.0
+FENCE_MARK = "network policy not in force"
+"""In the runner's answer when a pod's first phase found its policy not enforced (the fence)."""
 
 
 class NetworkSettingError(ValueError):
@@ -198,6 +202,19 @@ def check_enforceable(phases: Mapping[str, NetworkPolicy], backend: FqdnBackend)
 
 
 @dataclass(frozen=True)
+class Fence:
+    """No task code runs in a pod before its network policy is in force: the runner's first
+    step in each pod connects to `sockets` (the apiserver's, ``ip:port``), which every policy
+    of Shipyard blocks, and goes on only once none answers; after `timeout_sec` the trial
+    fails (`NetworkPolicyUnenforceable`). A CNI may program a new pod's policy a moment after
+    its containers start (kube-router: about a second), and one that ignores NetworkPolicy
+    never does."""
+
+    sockets: tuple[str, ...]
+    timeout_sec: float = DEFAULT_FENCE_SEC
+
+
+@dataclass(frozen=True)
 class NetworkSettings:
     """The operator's network settings, resolved against what the cluster offers."""
 
@@ -213,6 +230,9 @@ class NetworkSettings:
     blocked ranges), the apiserver's addresses and, kept out of the cluster, the nodes'. (An
     allowlist may name pods, e.g. a model server: the pod and Service ranges are `public`'s
     exceptions only.)"""
+    fence: Fence | None = None
+    """The check each pod's first phase makes (None: the apiserver is not blocked, or
+    ``SHIPYARD_NETWORK_FENCE_SEC=0``)."""
 
     def keeps(self, cidr: str) -> bool:
         """Whether rules for `cidr` are rendered (IPv6 blocks are left out on IPv4-only
@@ -247,6 +267,7 @@ class NetworkConfig:
     block_apiserver: bool = True
     block_cluster: bool = True
     cluster_cidrs: tuple[str, ...] = ()
+    fence_sec: float = DEFAULT_FENCE_SEC
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -270,16 +291,25 @@ class NetworkConfig:
                     f"{families_env}={raw!r}: expected auto, IPv4, IPv6 or IPv4,IPv6"
                 )
             families = frozenset(f for f in chosen if f)
-        cluster_env = SETTING_ENV["cluster_cidrs"]
+        cluster_env, fence_env = SETTING_ENV["cluster_cidrs"], SETTING_ENV["fence_sec"]
+        fence_raw = environ.get(fence_env, "").strip()
+        try:
+            fence_sec = float(fence_raw) if fence_raw else DEFAULT_FENCE_SEC
+        except ValueError:
+            fence_sec = -1.0
+        if not 0 <= fence_sec <= 3600:
+            raise NetworkSettingError(f"{fence_env}={fence_raw!r}: expected seconds from 0 "
+                                      "(no fence) to 3600")
         return cls(backend or "auto", blocked, dns, families,
                    _flag(environ, SETTING_ENV["block_apiserver"]),
                    _flag(environ, SETTING_ENV["block_cluster"]),
-                   _cidrs(cluster_env, environ.get(cluster_env, "")))
+                   _cidrs(cluster_env, environ.get(cluster_env, "")), fence_sec)
 
     def resolve(self, discovered: Collection[str] = (),
                 node_families: Collection[str] = IP_FAMILIES,
                 apiserver: Collection[str] = (),
-                cluster: Collection[str] = ()) -> NetworkSettings:
+                cluster: Collection[str] = (),
+                apiserver_sockets: Collection[str] = ()) -> NetworkSettings:
         """`discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``),
         `node_families` the IP families of the nodes' addresses (for
         ``SHIPYARD_IP_FAMILIES=auto``, the default) and `apiserver` the apiserver's Service IP
@@ -289,7 +319,7 @@ class NetworkConfig:
         which a self-hosted apiserver, etcd or kubelet may answer): with
         ``SHIPYARD_BLOCK_CLUSTER_EGRESS`` (the default) they and ``SHIPYARD_CLUSTER_CIDRS``
         are blocked under `public` too, and pods are reached in the trial's own namespace
-        only."""
+        only. `apiserver_sockets` (``ip:port``) are what the `Fence` connects to."""
         backend = choose_fqdn_backend(self.fqdn_backend, discovered)
         families = self.ip_families
         if families is None:
@@ -306,8 +336,12 @@ class NetworkConfig:
             for c in self.cluster_cidrs + _host_cidrs(cluster):
                 if c not in blocked:
                     blocked += (c,)
+        fence = None
+        if (self.block_apiserver or self.block_cluster) and apiserver_sockets \
+                and self.fence_sec > 0:
+            fence = Fence(tuple(sorted(apiserver_sockets)), self.fence_sec)
         return NetworkSettings(backend, blocked, self.dns_cidrs, families, self.block_cluster,
-                               never)
+                               never, fence)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -334,10 +368,11 @@ def settings_from_env(
     node_families: Collection[str] = IP_FAMILIES,
     apiserver: Collection[str] = (),
     cluster: Collection[str] = (),
+    apiserver_sockets: Collection[str] = (),
 ) -> NetworkSettings:
     """Settings from the operator's environment, resolved against the cluster."""
     return NetworkConfig.from_env(environ).resolve(discovered, node_families, apiserver,
-                                                   cluster)
+                                                   cluster, apiserver_sockets)
 
 
 @dataclass(frozen=True)
@@ -378,6 +413,8 @@ class TrialNetwork:
     model_policies: dict[str, NetworkPolicy] = field(default_factory=dict)
     """Keys (`<key>-model`) of agent phases that also reach `model_peer`, with the policy
     they extend. Distinct keys, so only the agent phase gets the model server."""
+    fence: Fence | None = None
+    """Made by each pod's first phase (`Fence`)."""
 
     @property
     def restricted(self) -> bool:

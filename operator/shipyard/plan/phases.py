@@ -47,6 +47,7 @@ from shipyard.plan.capacity import (
 from shipyard.plan.compose import ComposePod, SidecarEvidence, compose_pod, sidecar_evidence
 from shipyard.plan.network import (
     MODEL_KEY_SUFFIX,
+    Fence,
     ModelPeer,
     NetworkSettings,
     TrialNetwork,
@@ -120,6 +121,8 @@ class EnvironmentScript:
 
     workdir: str | None
     copy_environment: bool
+    fence: Fence | None = None
+    """Checked first: the pod's network policy in force (`plan.network.Fence`)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ class VerifierEnvironmentScript:
     (`shipyard.render.artifact_bundle`)."""
 
     artifacts: tuple[str, ...] = ()
+    fence: Fence | None = None
+    """Checked first: the pod's network policy in force (`plan.network.Fence`)."""
 
 
 @dataclass(frozen=True)
@@ -495,7 +500,12 @@ def _compose(task: LoadedTask, env: Mapping[str, str]) -> ComposeEnvironment | N
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:
-    return replace(phase, network=network.phase_key(phase.name, phase.step, phase.pod))
+    """The phase's policy key; a pod's first phase (Shipyard's own) makes the fence first."""
+    phase = replace(phase, network=network.phase_key(phase.name, phase.step, phase.pod))
+    if network.fence is not None and isinstance(phase.script, (EnvironmentScript,
+                                                               VerifierEnvironmentScript)):
+        phase = replace(phase, script=replace(phase.script, fence=network.fence))
+    return phase
 
 
 def _installed_agent(spec: TrialSpec, repository: str | None,
@@ -555,7 +565,7 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
             pod_selector=tuple(sorted(endpoint.pod_selector.items())),
             namespace=endpoint.namespace, port=endpoint.port),
             public_reaches_pods=not settings.block_cluster)
-    return net
+    return replace(net, fence=settings.fence)
 
 
 def _accelerators(config: EnvironmentConfig, where: str) -> Accelerators:

@@ -797,8 +797,12 @@ def absorb(state: LoopState, seen: Observation, now: datetime) -> LoopState:
             return replace(state, todo=(*[t for t in state.todo
                                           if not isinstance(t, CreatePodObject)], Observe()))
         case PodCreated(role=role, name=name, image=image, network=key, warm=warm):
+            # Its first phase waits for its policy itself where the plan has the fence.
+            fenced = state.plan is not None and state.plan.network is not None \
+                and state.plan.network.fence is not None
+            settle = 0.0 if fenced else state.settle_sec
             state = replace(state, pod_network={
-                **state.pod_network, name: (key, now + timedelta(seconds=state.settle_sec))})
+                **state.pod_network, name: (key, now + timedelta(seconds=settle))})
             state = take(state, machine.on_pod_created(state.status, role, name, now, warm))
             message = f"{machine.Role(role).noun} pod {name} created with image {image}"
             if warm:

@@ -35,6 +35,7 @@ from shipyard.api.models import (
 from shipyard.api.reasons import RETRYABLE, HarborError, Reason
 from shipyard.plan import capacity
 from shipyard.plan.agents import USAGE_FILE
+from shipyard.plan.network import FENCE_MARK
 from shipyard.plan.phases import (
     REWARD_JSON,
     REWARD_TXT,
@@ -466,6 +467,10 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     if step is not None and step.state == "Pending":
         step.state = "Running"
     kind = spec.name
+    if kind in OWN_PHASES and result.exit_code != 0 and FENCE_MARK in result.output:
+        rec.state = "Failed"  # the pod's policy never came into force: no task code ran
+        return _fail_into(status, outcome, Reason.NETWORK_POLICY_UNENFORCEABLE,
+                          _tail(result.output), now)
     if kind == "environment":
         if result.exit_code != 0:
             rec.state = "Failed"

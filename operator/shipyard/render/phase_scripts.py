@@ -9,10 +9,12 @@ may have replaced); runner.sh runs the shell. Both say the same."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from shipyard.plan.network import FENCE_MARK, Fence
 from shipyard.plan.phases import (
     AGENT_LOGS,
     ARTIFACTS_TAR,
@@ -62,9 +64,9 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
     match phase.script:
         case None:
             return PhaseScripts(phase.command, phase.prepare)
-        case EnvironmentScript(workdir=workdir, copy_environment=copy):
-            return PhaseScripts("true", _environment_prepare(workdir, copy),
-                                _environment_ops(workdir, copy))
+        case EnvironmentScript(workdir=workdir, copy_environment=copy, fence=fence):
+            return PhaseScripts("true", _fence_prepare(fence) + _environment_prepare(workdir, copy),
+                                _fence_ops(fence) + _environment_ops(workdir, copy))
         case HealthcheckScript(check=check):
             return PhaseScripts(healthcheck_script(check),
                                 command_ops=(_healthcheck_op(check, phase.user),))
@@ -82,9 +84,10 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
         case CollectScript(hooks=hooks, artifacts=artifacts):
             return PhaseScripts(_collect_command(hooks, artifacts),
                                 command_ops=_collect_ops(hooks, artifacts))
-        case VerifierEnvironmentScript(artifacts=artifacts):
-            return PhaseScripts("true", _dirs_prepare() + _materialize(artifacts),
-                                _dirs_ops() + _materialize_ops(artifacts))
+        case VerifierEnvironmentScript(artifacts=artifacts, fence=fence):
+            return PhaseScripts("true",
+                                _fence_prepare(fence) + _dirs_prepare() + _materialize(artifacts),
+                                _fence_ops(fence) + _dirs_ops() + _materialize_ops(artifacts))
         case VerifyScript():
             return _verify(phase.script)
     raise TypeError(f"no script for {phase.script!r}")
@@ -92,6 +95,49 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
 
 def _op(name: str, **fields: Any) -> Op:
     return {"op": name, **{k: v for k, v in fields.items() if v not in (None, "", [], ())}}
+
+
+def _fence_message(fence: Fence) -> str:
+    return (f"{FENCE_MARK} after {_seconds(fence.timeout_sec)} s: the pod still reached the "
+            "apiserver at {}, which every policy of its trial blocks. Does the cluster's CNI "
+            "enforce NetworkPolicy, and does no other policy of the namespace let trial pods "
+            "out? (No task code ran.)")
+
+
+def _seconds(value: float) -> int:
+    return max(1, math.ceil(value))
+
+
+def _fence_ops(fence: Fence | None) -> tuple[Op, ...]:
+    """The runner connects to the apiserver until it is refused or unanswered (the pod's
+    policy in force), then the phase goes on; after the fence's time the phase fails with
+    `_fence_message` ("{}" the address still reached)."""
+    if fence is None:
+        return ()
+    return (_op("fence", addrs=list(fence.sockets), timeout=_seconds(fence.timeout_sec),
+                command=_fence_message(fence)),)
+
+
+def _fence_prepare(fence: Fence | None) -> str:
+    """runner.sh's fence: the same with the image's bash (`/dev/tcp`) and `timeout`; without
+    them every connect fails and the fence passes (runner.sh trusts the image)."""
+    if fence is None:
+        return ""
+    sockets = " ".join(shlex.quote(s) for s in fence.sockets)
+    message = shlex.quote("shipyard runner: fence " + _fence_message(fence).replace("{}", "%s"))
+    return ("tries=0\n"
+            "while :; do\n"
+            "  open=\n"
+            f"  for a in {sockets}; do\n"
+            "    h=${a%:*}; h=${h#[}; h=${h%]}\n"
+            "    if timeout 1 bash -c \"exec 3<>/dev/tcp/$h/${a##*:}\" 2>/dev/null; then "
+            "open=$a; break; fi\n"
+            "  done\n"
+            "  [ -z \"$open\" ] && break\n"
+            f"  if [ $tries -ge {10 * _seconds(fence.timeout_sec)} ]; then "
+            f"printf {message}'\\n' \"$open\"; exit 1; fi\n"
+            "  tries=$((tries + 1)); sleep 0.1\n"
+            "done\n")
 
 
 def _dirs_ops() -> tuple[Op, ...]:

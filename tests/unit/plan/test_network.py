@@ -202,3 +202,39 @@ def test_node_addresses_are_never_reached_but_pod_ranges_may_be_allowlisted() ->
     opted_out = settings_from_env({"SHIPYARD_BLOCK_CLUSTER_EGRESS": "false"},
                                   apiserver={"10.96.0.1"}, cluster={"192.0.2.2"})
     assert "192.0.2.2/32" not in opted_out.never_cidrs
+
+
+def test_the_fence_is_the_apiserver_s_sockets_unless_the_apiserver_is_open_or_it_is_off() -> None:
+    from shipyard.plan.network import Fence, settings_from_env
+
+    sockets = {"10.96.0.1:443", "192.0.2.9:6443"}
+    settings = settings_from_env({}, apiserver={"10.96.0.1", "192.0.2.9"},
+                                 apiserver_sockets=sockets)
+    assert settings.fence == Fence(("10.96.0.1:443", "192.0.2.9:6443"), 30.0)
+    assert settings_from_env({"SHIPYARD_NETWORK_FENCE_SEC": "4.5"},
+                             apiserver_sockets=sockets).fence == Fence(tuple(sorted(sockets)), 4.5)
+    assert settings_from_env({"SHIPYARD_NETWORK_FENCE_SEC": "0"},
+                             apiserver_sockets=sockets).fence is None
+    assert settings_from_env({"SHIPYARD_BLOCK_APISERVER": "false",
+                              "SHIPYARD_BLOCK_CLUSTER_EGRESS": "false"},
+                             apiserver_sockets=sockets).fence is None  # trial pods may reach it
+    assert settings_from_env({}).fence is None  # no apiserver found (not allowed to look)
+    for bad in ("soon", "-1", "nan", "inf", "7200"):
+        with pytest.raises(ValueError, match="SHIPYARD_NETWORK_FENCE_SEC"):
+            settings_from_env({"SHIPYARD_NETWORK_FENCE_SEC": bad})
+
+
+def test_each_pod_s_first_phase_makes_the_fence_and_no_other_phase_does() -> None:
+    from shipyard.plan.network import Fence
+    from shipyard.plan.phases import EnvironmentScript, VerifierEnvironmentScript
+
+    fence = Fence(("10.96.0.1:443",), 30.0)
+    toml = BASE.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    p = plan(toml, NetworkSettings(fence=fence))
+    fenced = {ph.id for ph in p.phases if getattr(ph.script, "fence", None) == fence}
+    assert fenced == {"environment", "verifier-environment"}
+    assert isinstance(p.phase("environment").script, EnvironmentScript)
+    assert isinstance(p.phase("verifier-environment").script, VerifierEnvironmentScript)
+    assert p.network is not None and p.network.fence == fence
+    unfenced = plan(toml, NetworkSettings())
+    assert all(getattr(ph.script, "fence", None) is None for ph in unfenced.phases)

@@ -615,6 +615,16 @@ def test_environment_preparation_failure() -> None:
     assert "Launch:agent" not in run.actions
 
 
+def test_a_pod_whose_network_policy_never_came_into_force_fails_before_any_task_code() -> None:
+    output = ("shipyard runner: preparing phase environment failed: fence network policy not "
+              "in force after 30 s: the pod still reached the apiserver at 10.96.0.1:443")
+    run = drive(plan_for(), {"environment": done(126, output=output)})
+    failed = cond(run.status, "Failed")
+    assert failed.reason == "NetworkPolicyUnenforceable"
+    assert "10.96.0.1:443" in failed.message
+    assert "Launch:agent" not in run.actions
+
+
 # ---------------------------------------------------------------- ending
 
 

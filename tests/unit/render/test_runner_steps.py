@@ -13,15 +13,20 @@ import io
 import os
 import pwd
 import re
+import socket
 import stat
 import tarfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shipyard.api.conventions import launch_key
+from shipyard.plan.network import FENCE_MARK, Fence
 from shipyard.plan.phases import (
     CollectScript,
+    EnvironmentScript,
     HealthcheckScript,
     OracleScript,
     PhaseSpec,
@@ -270,3 +275,42 @@ def test_the_healthcheck_loop_waits_for_its_check_and_fails_after_its_retries(
     runner.root.joinpath("state", "p").rename(runner.root / "state" / "p-first")
     passed = _run(runner, fs, PhaseSpec(name="healthcheck", script=HealthcheckScript(check)))
     assert passed.exit_code == 0, passed.output
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    """ip:port of a socket that accepts connections (a policy not yet in force)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def _closed() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()  # refused, as under a policy that rejects
+    return address
+
+
+def test_the_fence_lets_a_pod_s_first_phase_go_on_once_nothing_answers(
+        runner: Runner, fs: Path) -> None:  # noqa: F811
+    fence = Fence((_closed(),), 5)
+    result = _run(runner, fs, PhaseSpec(name="environment", id="environment",
+                                        script=EnvironmentScript(None, False, fence)))
+    assert result.exit_code == 0, result.output
+    assert (fs / "logs" / "verifier").is_dir()
+
+
+def test_the_fence_fails_the_phase_naming_the_address_still_reached(
+        runner: Runner, fs: Path, listening: str) -> None:  # noqa: F811
+    fence = Fence((_closed(), listening), 1)
+    began = time.monotonic()
+    result = _run(runner, fs, PhaseSpec(name="environment", id="environment",
+                                        script=EnvironmentScript(None, False, fence)))
+    assert result.exit_code != 0
+    assert FENCE_MARK in result.output and f"apiserver at {listening}" in result.output
+    assert time.monotonic() - began >= 0.9
+    assert not (fs / "logs").exists()  # nothing after the fence ran

@@ -380,3 +380,18 @@ def test_a_pod_the_cluster_refuses_for_good_fails_the_trial_at_once_in_its_words
 def test_a_driver_given_up_before_any_phase_fails_as_the_environment_not_the_verifier() -> None:
     status, _ = machine.given_up(TrialStatus(), "the operator failed 5 times in a row", now())
     assert machine.terminal_condition(status).reason == Reason.ENVIRONMENT_SETUP_FAILED
+
+
+def test_a_new_pod_waits_out_the_settle_time_only_where_no_fence_proves_its_policy() -> None:
+    from shipyard.api.models import TrialSpec
+    from shipyard.plan.network import Fence, NetworkSettings
+    from shipyard.plan.phases import build_plan
+    from tests.unit.helpers import task
+
+    spec = TrialSpec.model_validate({"taskRef": {"name": "hello"}})
+    created = loop.PodCreated(machine.Role.ENV, "t-env", "python:3.12-slim", "public")
+    for fence, settled in ((None, T0.replace(second=2)), (Fence(("10.96.0.1:443",)), T0)):
+        plan = build_plan(task(), spec, {}, NetworkSettings(fence=fence))
+        state = loop.LoopState(plan, TrialStatus(), TrialStatus(), "t", "u", "ns", "t-logs",
+                               settle_sec=2.0)
+        assert loop.absorb(state, created, T0).pod_network["t-env"] == ("public", settled)
