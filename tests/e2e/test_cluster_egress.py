@@ -309,27 +309,40 @@ def test_a_public_trial_stays_out_of_the_cluster_after_the_namespaces_shared_obj
     kept_out("third")
 
 
+def trial_pods_policy(core_v1, namespace: str, name: str,
+                      egress: client.V1NetworkPolicyEgressRule) -> client.NetworkingV1Api:
+    """Someone's NetworkPolicy giving every trial pod of the namespace `egress`."""
+    networking = client.NetworkingV1Api(core_v1.api_client)
+    networking.create_namespaced_network_policy(namespace, client.V1NetworkPolicy(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1NetworkPolicySpec(
+            pod_selector=client.V1LabelSelector(match_expressions=[
+                client.V1LabelSelectorRequirement(key="shipyard.dev/trial", operator="Exists")]),
+            policy_types=["Egress"], egress=[egress])))
+    return networking
+
+
+def fenced_out(shipyard, task: str, name: str, agent_extra: str = "") -> tuple[dict, dict]:
+    """An oracle trial of a one-line task that a fence fails: the trial and its condition."""
+    files = task_files("echo 1 > /logs/verifier/reward.txt\n", solve_sh="true\n")
+    files["task.toml"] = files["task.toml"].replace("[agent]\n", f"[agent]\n{agent_extra}", 1)
+    shipyard.task(task, files)
+    shipyard.trial(name, task)
+    trial = shipyard.wait(name, timeout=120)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "NetworkPolicyUnenforceable", trial["status"]
+    return trial, failed
+
+
 def test_no_task_code_runs_in_a_pod_its_namespace_lets_out_and_the_trial_says_why(
         shipyard, core_v1, namespace):
     """Policies add up: someone's NetworkPolicy letting every trial pod of the namespace out
     (or a CNI that ignores NetworkPolicy) would leave a trial open. The pod's first phase finds
     the apiserver answering, runs nothing of the task and fails the trial naming it; without
     that policy the same task scores 1."""
-    networking = client.NetworkingV1Api(core_v1.api_client)
-    networking.create_namespaced_network_policy(namespace, client.V1NetworkPolicy(
-        metadata=client.V1ObjectMeta(name="everyone-out"),
-        spec=client.V1NetworkPolicySpec(
-            pod_selector=client.V1LabelSelector(match_expressions=[
-                client.V1LabelSelectorRequirement(key="shipyard.dev/trial", operator="Exists")]),
-            policy_types=["Egress"], egress=[client.V1NetworkPolicyEgressRule()])))
-    marker = "/logs/verifier/agent-ran"
-    files = task_files("echo 1 > /logs/verifier/reward.txt\n",
-                       solve_sh=f"mkdir -p /logs/verifier; touch {marker}\n")
-    shipyard.task("fenced", files)
-    shipyard.trial("open", "fenced")
-    trial = shipyard.wait("open", timeout=120)
-    failed = condition(trial, "Failed")
-    assert failed is not None and failed["reason"] == "NetworkPolicyUnenforceable", trial["status"]
+    networking = trial_pods_policy(core_v1, namespace, "everyone-out",
+                                   client.V1NetworkPolicyEgressRule())
+    trial, failed = fenced_out(shipyard, "fenced", "open")
     service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
     assert "network policy not in force" in failed["message"]
     assert "the pod still reached the apiserver at" in failed["message"]
@@ -347,6 +360,22 @@ def test_no_task_code_runs_in_a_pod_its_namespace_lets_out_and_the_trial_says_wh
     trial = shipyard.wait("closed", timeout=120)
     assert trial["status"]["phase"] == "Completed", trial["status"]
     assert trial["status"]["rewards"]["reward"] == 1.0
+
+
+def test_an_offline_agent_phase_that_its_namespace_leaves_dns_fails_before_the_agent_runs(
+        shipyard, core_v1, namespace):
+    """A namespace policy giving every trial pod DNS: the `no-network` agent phase of a public
+    environment would have it. Its fence finds the cluster DNS answering: the trial fails
+    naming it, and the agent never ran."""
+    networking = trial_pods_policy(core_v1, namespace, "everyone-dns",
+                                   client.V1NetworkPolicyEgressRule(ports=[
+                                       client.V1NetworkPolicyPort(port=53, protocol="TCP"),
+                                       client.V1NetworkPolicyPort(port=53, protocol="UDP")]))
+    trial, failed = fenced_out(shipyard, "offline-dns", "leaky", 'network_mode = "no-network"\n')
+    dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
+    assert f"the pod still reached the cluster DNS at {dns}:53" in failed["message"], failed
+    assert trial["status"].get("rewards") is None
+    networking.delete_namespaced_network_policy("everyone-dns", namespace)
 
 
 WINDOW_PROBE = r'''
@@ -369,12 +398,10 @@ print(json.dumps(seen, sort_keys=True))
 '''
 
 
-def test_no_agent_reaches_the_cluster_in_the_moment_its_pod_starts(
-        shipyard, core_v1, namespace, other_namespace):
-    """A CNI programs a new pod's policies a moment after its containers start (kube-router:
-    about a second, more with many policies on the node). Eight trials start at once beside
-    120 policies of another namespace, each agent trying the apiserver from its first instant:
-    none reaches it."""
+@pytest.fixture
+def busy_node(core_v1, other_namespace) -> None:
+    """12 pods of another namespace under 120 policies: each sync of the node's rules takes
+    longer (as a shared cluster's node has)."""
     networking = client.NetworkingV1Api(core_v1.api_client)
     for i in range(120):
         networking.create_namespaced_network_policy(other_namespace, client.V1NetworkPolicy(
@@ -384,29 +411,54 @@ def test_no_agent_reaches_the_cluster_in_the_moment_its_pod_starts(
                 policy_types=["Ingress", "Egress"],
                 egress=[client.V1NetworkPolicyEgressRule(to=[client.V1NetworkPolicyPeer(
                     ip_block=client.V1IPBlock(cidr=f"10.{i}.0.0/16"))])])))
-    for i in range(12):  # pods the policies select: each sync of the node's rules takes longer
+    for i in range(12):
         core_v1.create_namespaced_pod(other_namespace, client.V1Pod(
             metadata=client.V1ObjectMeta(name=f"busy-{i}", labels={"app": "busy"}),
             spec=client.V1PodSpec(termination_grace_period_seconds=0, containers=[
                 client.V1Container(name="idle", image=TEST_IMAGE, image_pull_policy="Never",
                                    command=["sleep", "infinity"])])))
-    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
-    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
-    targets = sorted({f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
-                                          for a in s.addresses for p in s.ports)})
+
+
+def window_trials(shipyard, core_v1, namespace: str, name: str, targets: list[str],
+                  agent_extra: str = "") -> None:
+    """Eight trials at once, each agent trying `targets` from its first instant for 3 s: each
+    scores 1 only if none answered."""
     files = task_files(
         "cat /tmp/seen.json; echo\n"
         "python3 -c 'import json; seen = json.load(open(\"/tmp/seen.json\")); "
         "open(\"/logs/verifier/reward.txt\", \"w\").write(\"0\" if seen else \"1\")'\n")
+    files["task.toml"] = files["task.toml"].replace("[agent]\n", f"[agent]\n{agent_extra}", 1)
     files["environment/window.py"] = WINDOW_PROBE
-    shipyard.task("window", files)
+    shipyard.task(name, files)
     command = f"python3 /app/window.py {' '.join(targets)} > /tmp/seen.json"
-    names = [f"window-{i}" for i in range(8)]
-    for name in names:
-        shipyard.trial(name, "window", {"name": "command", "command": command})
-    for name in names:
-        trial = shipyard.wait(name, timeout=300)
-        logs = core_v1.read_namespaced_config_map(trial["status"]["logsConfigMap"],
+    names = [f"{name}-{i}" for i in range(8)]
+    for trial in names:
+        shipyard.trial(trial, name, {"name": "command", "command": command})
+    for trial in names:
+        done = shipyard.wait(trial, timeout=300)
+        logs = core_v1.read_namespaced_config_map(done["status"]["logsConfigMap"],
                                                   namespace).data
-        assert trial["status"]["phase"] == "Completed", (trial["status"], logs)
-        assert trial["status"]["rewards"]["reward"] == 1.0, (name, logs.get("verifier.log"))
+        assert done["status"]["phase"] == "Completed", (done["status"], logs)
+        assert done["status"]["rewards"]["reward"] == 1.0, (trial, logs.get("verifier.log"))
+
+
+def test_no_agent_reaches_the_cluster_in_the_moment_its_pod_starts(
+        shipyard, core_v1, namespace, busy_node):
+    """A CNI programs a new pod's policies a moment after its containers start (kube-router:
+    about a second, more with many policies on the node). Eight trials start at once on a busy
+    node, each agent trying the apiserver from its first instant: none reaches it."""
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    window_trials(shipyard, core_v1, namespace, "window", sorted({
+        f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
+                            for a in s.addresses for p in s.ports)}))
+
+
+def test_an_offline_agent_phase_is_offline_from_its_first_instant(
+        shipyard, core_v1, namespace, busy_node, outside):
+    """A public environment with a `no-network` agent phase: the pod's label switches before
+    the agent starts. Eight agents at once on a busy node, trying the outside address and the
+    cluster DNS from their first instant: none reaches either."""
+    dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
+    window_trials(shipyard, core_v1, namespace, "offline", [outside, f"{dns}:53"],
+                  agent_extra='network_mode = "no-network"\n')

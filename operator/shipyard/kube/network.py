@@ -130,6 +130,25 @@ def apiserver_sockets() -> frozenset[str]:
                      for ip, port in _cached("apiserver", _apiserver))
 
 
+def _dns() -> frozenset[str]:
+    try:
+        service = core().read_namespaced_service("kube-dns", "kube-system")
+    except ApiException as e:
+        if e.status in (403, 404):
+            return frozenset()
+        raise
+    ports = [p.port for p in service.spec.ports or [] if p.port and p.protocol == "TCP"]
+    return frozenset(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+                     for ip in (service.spec.cluster_ips or [service.spec.cluster_ip])
+                     if ip and ip != "None" for port in ports)
+
+
+def dns_sockets() -> frozenset[str]:
+    """The cluster DNS Service's TCP ``ip:port``s (`kube-system/kube-dns`, kube-dns's and
+    CoreDNS's name; cached): what a `no-network` phase's fence connects to."""
+    return _cached("dns", _dns)
+
+
 def _cluster_ranges() -> frozenset[str]:
     """The nodes' pod CIDRs and addresses, and the Service CIDRs (ServiceCIDR objects)."""
     found: set[str] = set()

@@ -212,6 +212,8 @@ class Fence:
 
     sockets: tuple[str, ...]
     timeout_sec: float = DEFAULT_FENCE_SEC
+    target: str = "the apiserver"
+    """What `sockets` are, for the message."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,8 @@ class NetworkSettings:
     fence: Fence | None = None
     """The check each pod's first phase makes (None: the apiserver is not blocked, or
     ``SHIPYARD_NETWORK_FENCE_SEC=0``)."""
+    dns_fence: Fence | None = None
+    """The check of a switch to `no-network`: the cluster DNS Service refused."""
 
     def keeps(self, cidr: str) -> bool:
         """Whether rules for `cidr` are rendered (IPv6 blocks are left out on IPv4-only
@@ -309,7 +313,8 @@ class NetworkConfig:
                 node_families: Collection[str] = IP_FAMILIES,
                 apiserver: Collection[str] = (),
                 cluster: Collection[str] = (),
-                apiserver_sockets: Collection[str] = ()) -> NetworkSettings:
+                apiserver_sockets: Collection[str] = (),
+                dns_sockets: Collection[str] = ()) -> NetworkSettings:
         """`discovered` is the API discovery list (for ``SHIPYARD_FQDN_BACKEND=auto``),
         `node_families` the IP families of the nodes' addresses (for
         ``SHIPYARD_IP_FAMILIES=auto``, the default) and `apiserver` the apiserver's Service IP
@@ -319,7 +324,8 @@ class NetworkConfig:
         which a self-hosted apiserver, etcd or kubelet may answer): with
         ``SHIPYARD_BLOCK_CLUSTER_EGRESS`` (the default) they and ``SHIPYARD_CLUSTER_CIDRS``
         are blocked under `public` too, and pods are reached in the trial's own namespace
-        only. `apiserver_sockets` (``ip:port``) are what the `Fence` connects to."""
+        only. `apiserver_sockets` and `dns_sockets` (the cluster DNS Service, ``ip:port``) are
+        what the fences connect to."""
         backend = choose_fqdn_backend(self.fqdn_backend, discovered)
         families = self.ip_families
         if families is None:
@@ -340,8 +346,11 @@ class NetworkConfig:
         if (self.block_apiserver or self.block_cluster) and apiserver_sockets \
                 and self.fence_sec > 0:
             fence = Fence(tuple(sorted(apiserver_sockets)), self.fence_sec)
+        dns_fence = None
+        if dns_sockets and self.fence_sec > 0:
+            dns_fence = Fence(tuple(sorted(dns_sockets)), self.fence_sec, "the cluster DNS")
         return NetworkSettings(backend, blocked, self.dns_cidrs, families, self.block_cluster,
-                               never, fence)
+                               never, fence, dns_fence)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -369,10 +378,11 @@ def settings_from_env(
     apiserver: Collection[str] = (),
     cluster: Collection[str] = (),
     apiserver_sockets: Collection[str] = (),
+    dns_sockets: Collection[str] = (),
 ) -> NetworkSettings:
     """Settings from the operator's environment, resolved against the cluster."""
     return NetworkConfig.from_env(environ).resolve(discovered, node_families, apiserver,
-                                                   cluster, apiserver_sockets)
+                                                   cluster, apiserver_sockets, dns_sockets)
 
 
 @dataclass(frozen=True)
@@ -415,10 +425,17 @@ class TrialNetwork:
     they extend. Distinct keys, so only the agent phase gets the model server."""
     fence: Fence | None = None
     """Made by each pod's first phase (`Fence`)."""
+    dns_fence: Fence | None = None
+    """Made by a `no-network` phase on a pod whose baseline is not."""
 
     @property
     def restricted(self) -> bool:
         return any(p.mode != "public" for p in self.policies.values())
+
+    def offline(self, key: str) -> bool:
+        """Whether key `key` is `no-network` (no DNS either)."""
+        policy = self.policies.get(key)
+        return policy is not None and policy.mode == "no-network"
 
     def baseline(self, pod: Role, step: str | None) -> str:
         """The key a pod carries between phases (`pod` is ``env`` or ``verifier``)."""

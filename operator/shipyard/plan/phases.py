@@ -121,8 +121,6 @@ class EnvironmentScript:
 
     workdir: str | None
     copy_environment: bool
-    fence: Fence | None = None
-    """Checked first: the pod's network policy in force (`plan.network.Fence`)."""
 
 
 @dataclass(frozen=True)
@@ -162,8 +160,6 @@ class VerifierEnvironmentScript:
     (`shipyard.render.artifact_bundle`)."""
 
     artifacts: tuple[str, ...] = ()
-    fence: Fence | None = None
-    """Checked first: the pod's network policy in force (`plan.network.Fence`)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +213,8 @@ class PhaseSpec:
     agent_version: str | None = None
     agent_native: str | None = None  # the collected native record (for trajectory.json)
     network: str | None = None  # the network policy key while the phase runs
+    fence: Fence | None = None
+    """Checked before anything of the phase: its network policy in force (`Fence`)."""
     script: ScriptIntent | None = None
     """What the phase's scripts do (rendered by `shipyard.render.phase_scripts`)."""
 
@@ -500,12 +498,17 @@ def _compose(task: LoadedTask, env: Mapping[str, str]) -> ComposeEnvironment | N
 
 
 def _with_network(phase: PhaseSpec, network: TrialNetwork) -> PhaseSpec:
-    """The phase's policy key; a pod's first phase (Shipyard's own) makes the fence first."""
-    phase = replace(phase, network=network.phase_key(phase.name, phase.step, phase.pod))
-    if network.fence is not None and isinstance(phase.script, (EnvironmentScript,
-                                                               VerifierEnvironmentScript)):
-        phase = replace(phase, script=replace(phase.script, fence=network.fence))
-    return phase
+    """The phase's policy key, and its fence: a pod's first phase (Shipyard's own) proves the
+    pod's policy in force; a `no-network` phase on a pod whose baseline has DNS proves the
+    switch to it (the cluster DNS refused) instead of waiting the settle time."""
+    key = network.phase_key(phase.name, phase.step, phase.pod)
+    fence = None
+    if isinstance(phase.script, (EnvironmentScript, VerifierEnvironmentScript)):
+        fence = network.fence
+    elif network.dns_fence is not None and network.offline(key) \
+            and not network.offline(network.baseline(phase.pod, phase.step)):
+        fence = network.dns_fence
+    return replace(phase, network=key, fence=fence)
 
 
 def _installed_agent(spec: TrialSpec, repository: str | None,
@@ -565,7 +568,7 @@ def _network(task: LoadedTask, spec: TrialSpec, steps: list[str | None],
             pod_selector=tuple(sorted(endpoint.pod_selector.items())),
             namespace=endpoint.namespace, port=endpoint.port),
             public_reaches_pods=not settings.block_cluster)
-    return replace(net, fence=settings.fence)
+    return replace(net, fence=settings.fence, dns_fence=settings.dns_fence)
 
 
 def _accelerators(config: EnvironmentConfig, where: str) -> Accelerators:

@@ -467,8 +467,9 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
     if step is not None and step.state == "Pending":
         step.state = "Running"
     kind = spec.name
-    if kind in OWN_PHASES and result.exit_code != 0 and FENCE_MARK in result.output:
-        rec.state = "Failed"  # the pod's policy never came into force: no task code ran
+    if spec.fence is not None and result.exit_code != 0 and result.output.lstrip().startswith(
+            f"shipyard runner: preparing phase {phase_id} failed: fence {FENCE_MARK}"):
+        rec.state = "Failed"  # the phase's policy never came into force: nothing of it ran
         return _fail_into(status, outcome, Reason.NETWORK_POLICY_UNENFORCEABLE,
                           _tail(result.output), now)
     if kind == "environment":
@@ -783,7 +784,8 @@ def _network_switch(plan: TrialPlan, spec: PhaseSpec, pod: PodObservation, now: 
         return None
     if pod.network != spec.network:
         return SetNetwork(spec.pod, spec.network, f"{spec.id} phase")
-    if pod.network_settled_at is not None and now < pod.network_settled_at:
+    if spec.fence is None and pod.network_settled_at is not None \
+            and now < pod.network_settled_at:  # a fenced phase proves its policy itself
         return Wait(pod.network_settled_at)
     return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shipyard.plan.network import FENCE_MARK, Fence
@@ -60,13 +60,24 @@ class PhaseScripts:
 
 
 def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
-    """The phase's scripts: rendered from its intent, or the plain shell it was given."""
+    """The phase's scripts: rendered from its intent, or the plain shell it was given; its
+    fence before anything else."""
+    scripts = _scripts(phase)
+    if phase.fence is None:
+        return scripts
+    return replace(scripts, prepare=_fence_prepare(phase.fence, phase.id)
+                   + (scripts.prepare or ""),
+                   prepare_ops=None if scripts.prepare_ops is None
+                   else _fence_ops(phase.fence) + scripts.prepare_ops)
+
+
+def _scripts(phase: PhaseSpec) -> PhaseScripts:
     match phase.script:
         case None:
             return PhaseScripts(phase.command, phase.prepare)
-        case EnvironmentScript(workdir=workdir, copy_environment=copy, fence=fence):
-            return PhaseScripts("true", _fence_prepare(fence) + _environment_prepare(workdir, copy),
-                                _fence_ops(fence) + _environment_ops(workdir, copy))
+        case EnvironmentScript(workdir=workdir, copy_environment=copy):
+            return PhaseScripts("true", _environment_prepare(workdir, copy),
+                                _environment_ops(workdir, copy))
         case HealthcheckScript(check=check):
             return PhaseScripts(healthcheck_script(check),
                                 command_ops=(_healthcheck_op(check, phase.user),))
@@ -84,10 +95,9 @@ def phase_scripts(phase: PhaseSpec) -> PhaseScripts:
         case CollectScript(hooks=hooks, artifacts=artifacts):
             return PhaseScripts(_collect_command(hooks, artifacts),
                                 command_ops=_collect_ops(hooks, artifacts))
-        case VerifierEnvironmentScript(artifacts=artifacts, fence=fence):
-            return PhaseScripts("true",
-                                _fence_prepare(fence) + _dirs_prepare() + _materialize(artifacts),
-                                _fence_ops(fence) + _dirs_ops() + _materialize_ops(artifacts))
+        case VerifierEnvironmentScript(artifacts=artifacts):
+            return PhaseScripts("true", _dirs_prepare() + _materialize(artifacts),
+                                _dirs_ops() + _materialize_ops(artifacts))
         case VerifyScript():
             return _verify(phase.script)
     raise TypeError(f"no script for {phase.script!r}")
@@ -98,33 +108,30 @@ def _op(name: str, **fields: Any) -> Op:
 
 
 def _fence_message(fence: Fence) -> str:
-    return (f"{FENCE_MARK} after {_seconds(fence.timeout_sec)} s: the pod still reached the "
-            "apiserver at {}, which every policy of its trial blocks. Does the cluster's CNI "
+    return (f"{FENCE_MARK} after {_seconds(fence.timeout_sec)} s: the pod still reached "
+            f"{fence.target} at {{}}, which the phase's policy blocks. Does the cluster's CNI "
             "enforce NetworkPolicy, and does no other policy of the namespace let trial pods "
-            "out? (No task code ran.)")
+            "out? (Nothing of the phase ran.)")
 
 
 def _seconds(value: float) -> int:
     return max(1, math.ceil(value))
 
 
-def _fence_ops(fence: Fence | None) -> tuple[Op, ...]:
+def _fence_ops(fence: Fence) -> tuple[Op, ...]:
     """The runner connects to the apiserver until it is refused or unanswered (the pod's
     policy in force), then the phase goes on; after the fence's time the phase fails with
     `_fence_message` ("{}" the address still reached)."""
-    if fence is None:
-        return ()
     return (_op("fence", addrs=list(fence.sockets), timeout=_seconds(fence.timeout_sec),
                 command=_fence_message(fence)),)
 
 
-def _fence_prepare(fence: Fence | None) -> str:
+def _fence_prepare(fence: Fence, phase_id: str) -> str:
     """runner.sh's fence: the same with the image's bash (`/dev/tcp`) and `timeout`; without
     them every connect fails and the fence passes (runner.sh trusts the image)."""
-    if fence is None:
-        return ""
     sockets = " ".join(shlex.quote(s) for s in fence.sockets)
-    message = shlex.quote("shipyard runner: fence " + _fence_message(fence).replace("{}", "%s"))
+    message = shlex.quote(f"shipyard runner: preparing phase {phase_id} failed: fence "
+                          + _fence_message(fence).replace("{}", "%s"))
     return ("tries=0\n"
             "while :; do\n"
             "  open=\n"

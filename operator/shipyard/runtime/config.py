@@ -39,4 +39,4 @@ def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
     return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
                           kube_network.apiserver_addresses(), kube_network.cluster_ranges(),
-                          kube_network.apiserver_sockets())
+                          kube_network.apiserver_sockets(), kube_network.dns_sockets())

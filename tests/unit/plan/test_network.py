@@ -231,10 +231,30 @@ def test_each_pod_s_first_phase_makes_the_fence_and_no_other_phase_does() -> Non
     fence = Fence(("10.96.0.1:443",), 30.0)
     toml = BASE.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
     p = plan(toml, NetworkSettings(fence=fence))
-    fenced = {ph.id for ph in p.phases if getattr(ph.script, "fence", None) == fence}
+    fenced = {ph.id for ph in p.phases if ph.fence == fence}
     assert fenced == {"environment", "verifier-environment"}
     assert isinstance(p.phase("environment").script, EnvironmentScript)
     assert isinstance(p.phase("verifier-environment").script, VerifierEnvironmentScript)
     assert p.network is not None and p.network.fence == fence
     unfenced = plan(toml, NetworkSettings())
-    assert all(getattr(ph.script, "fence", None) is None for ph in unfenced.phases)
+    assert all(ph.fence is None for ph in unfenced.phases)
+
+
+def test_an_offline_phase_on_a_pod_with_dns_proves_its_switch_and_none_other_does() -> None:
+    from shipyard.plan.network import Fence
+
+    fence, dns = Fence(("10.96.0.1:443",)), Fence(("10.96.0.10:53",), 30.0, "the cluster DNS")
+    settings = NetworkSettings(fence=fence, dns_fence=dns)
+    offline_agent = with_section("agent", 'network_mode = "no-network"')
+    fences = {ph.id: ph.fence for ph in plan(offline_agent, settings).phases}
+    assert fences == {"environment": fence, "agent": dns, "verifier": None}
+    # Offline throughout: nothing switches; a public agent on an offline pod loosens.
+    offline = with_section("environment", 'network_mode = "no-network"')
+    assert {ph.id: ph.fence for ph in plan(offline, settings).phases} == {
+        "environment": fence, "agent": None, "verifier": None}
+    loosened = with_section("agent", 'network_mode = "public"').replace(
+        "[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')
+    assert plan(loosened, settings).phase("agent").fence is None
+    # An allowlist has DNS: no fence can tell its switch (the settle time stays).
+    allow = with_section("agent", 'network_mode = "allowlist"\nallowed_hosts = ["192.0.2.1"]')
+    assert plan(allow, settings).phase("agent").fence is None

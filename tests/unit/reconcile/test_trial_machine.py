@@ -616,9 +616,16 @@ def test_environment_preparation_failure() -> None:
 
 
 def test_a_pod_whose_network_policy_never_came_into_force_fails_before_any_task_code() -> None:
+    from dataclasses import replace
+
+    from shipyard.plan.network import Fence
+
+    plan = plan_for()
+    plan = replace(plan, phases=tuple(replace(p, fence=Fence(("10.96.0.1:443",)))
+                                      if p.id == "environment" else p for p in plan.phases))
     output = ("shipyard runner: preparing phase environment failed: fence network policy not "
               "in force after 30 s: the pod still reached the apiserver at 10.96.0.1:443")
-    run = drive(plan_for(), {"environment": done(126, output=output)})
+    run = drive(plan, {"environment": done(126, output=output)})
     failed = cond(run.status, "Failed")
     assert failed.reason == "NetworkPolicyUnenforceable"
     assert "10.96.0.1:443" in failed.message

@@ -54,6 +54,20 @@ def test_before_a_phase_its_policy_is_put_on_the_pod_and_given_time_to_hold() ->
     assert action == m.Launch("agent")
 
 
+def test_a_fenced_phase_is_launched_as_soon_as_its_policy_is_on_the_pod() -> None:
+    from shipyard.plan.network import Fence
+
+    plan = agent_allowlist_plan()
+    dns = Fence(("10.96.0.10:53",), 30.0, "the cluster DNS")
+    plan = replace(plan, phases=tuple(replace(p, fence=dns) if p.id == "agent" else p
+                                      for p in plan.phases))
+    agent = plan.phase("agent")
+    status = at_agent(plan)
+    action, _, _ = m.next_action(status, plan, m.Pods(ready(agent.network, at(5)), ABSENT),
+                                 at(4))
+    assert action == m.Launch("agent")  # the runner's fence waits for the policy, not a clock
+
+
 def test_after_a_phase_its_pod_goes_back_under_its_baseline() -> None:
     plan = agent_allowlist_plan()
     status = at_agent(plan)

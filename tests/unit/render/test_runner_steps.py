@@ -26,6 +26,7 @@ from shipyard.api.conventions import launch_key
 from shipyard.plan.network import FENCE_MARK, Fence
 from shipyard.plan.phases import (
     CollectScript,
+    CommandAgentScript,
     EnvironmentScript,
     HealthcheckScript,
     OracleScript,
@@ -298,8 +299,8 @@ def _closed() -> str:
 def test_the_fence_lets_a_pod_s_first_phase_go_on_once_nothing_answers(
         runner: Runner, fs: Path) -> None:  # noqa: F811
     fence = Fence((_closed(),), 5)
-    result = _run(runner, fs, PhaseSpec(name="environment", id="environment",
-                                        script=EnvironmentScript(None, False, fence)))
+    result = _run(runner, fs, PhaseSpec(name="environment", id="p", fence=fence,
+                                        script=EnvironmentScript(None, False)))
     assert result.exit_code == 0, result.output
     assert (fs / "logs" / "verifier").is_dir()
 
@@ -308,9 +309,21 @@ def test_the_fence_fails_the_phase_naming_the_address_still_reached(
         runner: Runner, fs: Path, listening: str) -> None:  # noqa: F811
     fence = Fence((_closed(), listening), 1)
     began = time.monotonic()
-    result = _run(runner, fs, PhaseSpec(name="environment", id="environment",
-                                        script=EnvironmentScript(None, False, fence)))
+    result = _run(runner, fs, PhaseSpec(name="environment", id="p", fence=fence,
+                                        script=EnvironmentScript(None, False)))
     assert result.exit_code != 0
     assert FENCE_MARK in result.output and f"apiserver at {listening}" in result.output
     assert time.monotonic() - began >= 0.9
     assert not (fs / "logs").exists()  # nothing after the fence ran
+    assert result.output.startswith(f"shipyard runner: preparing phase p failed: fence "
+                                    f"{FENCE_MARK}"), result.output
+
+
+def test_an_offline_phase_s_fence_comes_before_its_own_steps_and_command(
+        runner: Runner, fs: Path, listening: str) -> None:  # noqa: F811
+    ran = fs / "agent-ran"
+    fence = Fence((listening,), 1, "the cluster DNS")
+    result = _run(runner, fs, PhaseSpec(name="agent", id="p", fence=fence,
+                                        script=CommandAgentScript(f"touch {ran}")))
+    assert result.exit_code != 0 and not ran.exists()
+    assert f"reached the cluster DNS at {listening}" in result.output
