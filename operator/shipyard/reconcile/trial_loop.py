@@ -594,7 +594,9 @@ def finishing(state: LoopState) -> LoopState:
     pod = state.status.pod_name
     # A multi-step trial's shared verifiers kept theirs as each ended (a pack left in the
     # pod is an earlier step's when the trial ended early: it is not the last step's).
-    if plan is not None and not plan.multi_step and pod:
+    # A pod that never ran a phase packed nothing (it may never have started).
+    if plan is not None and not plan.multi_step and pod \
+            and any(r.launched for r in state.status.phases):
         packed = state.packed[1] if state.packed and state.packed[0] == pod else None
         steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed))
     steps += [_Finalize(), FLUSH]

@@ -395,3 +395,15 @@ def test_a_new_pod_waits_out_the_settle_time_only_where_no_fence_proves_its_poli
         state = loop.LoopState(plan, TrialStatus(), TrialStatus(), "t", "u", "ns", "t-logs",
                                settle_sec=2.0)
         assert loop.absorb(state, created, T0).pod_network["t-env"] == ("public", settled)
+
+
+def test_a_pod_that_never_ran_a_phase_is_not_asked_for_artifacts_at_the_trials_end() -> None:
+    from shipyard.api.models import PhaseRecord
+
+    plan = plan_for()
+    never = TrialStatus(pod_name="t-env", phases=[PhaseRecord(name="environment")])
+    ran = TrialStatus(pod_name="t-env", phases=[PhaseRecord(name="environment", launched=True)])
+    for status, asked in ((never, False), (ran, True)):
+        state = loop.LoopState(plan, status, status, "t", "u", "ns", "t-logs")
+        todo = loop.finishing(state).todo
+        assert any(isinstance(a, loop.KeepArtifacts) for a in todo) == asked
