@@ -17,7 +17,7 @@ import (
 
 const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
 	"chain LIMIT SIZE [artifacts=N] ID[:KEY|:-]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
-	"stop ID [LIMIT] | ready | artifacts LIMIT | sweep | " +
+	"stop ID [LIMIT] | ready | artifacts LIMIT [ITEMS] | sweep | " +
 	"put-secrets ID | install DEST"
 
 const (
@@ -146,7 +146,7 @@ func main() {
 		}
 	case "artifacts":
 		need(1)
-		os.Exit(artifacts(intArg(args, 0, 0)))
+		os.Exit(artifacts(intArg(args, 0, 0), strArg(args, 1)))
 	case "sweep":
 		sweep()
 	case "put-secrets":

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,43 @@ def test_each_step_of_a_multi_step_trial_exports_its_own_artifacts(cluster, ship
         rows = json.loads((base / "manifest.json").read_text())
         assert [(r["source"], r["status"]) for r in rows] == [
             ("/logs/artifacts", "ok"), ("/app/out.txt", "ok")], rows
+
+
+@pytest.mark.parametrize("separate", [False, True], ids=["shared", "separate"])
+def test_a_trial_cancelled_before_its_verification_still_exports_its_artifacts(
+        cluster, shipyard, tmp_path, separate) -> None:
+    """Harbor collects a trial's artifacts best effort when it ends before verification (an
+    agent's exception, a cancellation): the environment pod packs them at the trial's end."""
+    toml = ('artifacts = ["/app/out.txt", "/app/missing.txt"]\n'
+            + ('[verifier]\nenvironment_mode = "separate"\n' if separate else "")
+            + f'[environment]\ndocker_image = "{TEST_IMAGE}"\n')
+    shipyard.task("stopped", task("stopped", toml, "", TEST)["spec"]["source"]["inline"]["files"])
+    shipyard.trial("stopped-agent", "stopped", {
+        "name": "command",
+        "command": "mkdir -p /app /logs/artifacts; echo partial > /logs/artifacts/note.txt; "
+                   "echo out > /app/out.txt; touch /tmp/written; sleep 300"})
+    shipyard.wait("stopped-agent", timeout=120, until=lambda t: any(
+        p["name"] == "agent" and p.get("startedAt")
+        for p in (t.get("status") or {}).get("phases", [])))
+    pod = shipyard.get("trials", "stopped-agent")["status"]["podName"]
+    deadline = time.monotonic() + 60
+    while cluster.kubectl_run("exec", "-n", shipyard.namespace, pod, "-c", "main", "--",
+                              "test", "-e", "/tmp/written", check=False).returncode != 0:
+        assert time.monotonic() < deadline, "the agent never wrote its artifacts"
+        time.sleep(0.5)
+    shipyard.api.patch_namespaced_custom_object(
+        "shipyard.dev", "v1alpha1", shipyard.namespace, "trials", "stopped-agent",
+        {"metadata": {"annotations": {"shipyard.dev/cancel": "true"}}})
+    trial = shipyard.wait("stopped-agent", timeout=120)
+    cancelled = next(c for c in trial["status"]["conditions"] if c["type"] == "Failed")
+    assert cancelled["reason"] == "Cancelled", trial["status"]
+    out = tmp_path / "job"
+    ok(shipyard_cli(cluster, "results", "stopped-agent", "-n", shipyard.namespace,
+                    "--output-dir", str(out)))
+    assert manifest(out / "stopped-agent") == [
+        row("/logs/artifacts", "artifacts/logs/artifacts", "directory", "ok"),
+        row("/app/out.txt", "artifacts/app/out.txt", "file", "ok"),
+        row("/app/missing.txt", "artifacts/app/missing.txt", "file", "failed")]
+    art = out / "stopped-agent" / "artifacts"
+    assert (art / "logs/artifacts/note.txt").read_text() == "partial\n"
+    assert (art / "app/out.txt").read_text() == "out\n"

@@ -140,12 +140,14 @@ def put_secrets(namespace: str, pod: str, phase_id: str) -> Reply:
                  what="put-secrets", container=SECRETS_CONTAINER)
 
 
-def artifacts(namespace: str, pod: str, limit: int, path: str, current: bool = True) -> Reply:
+def artifacts(namespace: str, pod: str, limit: int, path: str, current: bool = True,
+              items: str = "") -> Reply:
     """The artifacts tar the collect phase packed, from the runner (`artifacts LIMIT`: it
-    refuses a tar over `limit` bytes, exit code 5); from a pod of an older operator, whose
-    runner lacks the command, the file `path` through `/bin/cat`. At most `limit` bytes are
-    read either way."""
-    argv = ([RUNNER_PATH, "artifacts", str(limit)] if current
+    refuses a tar over `limit` bytes, exit code 5; with `items`, `render.phase_scripts.
+    recovery_items`, it packs them first when nothing was packed); from a pod of an older
+    operator, whose runner lacks the command, the file `path` through `/bin/cat`. At most
+    `limit` bytes are read either way."""
+    argv = ([RUNNER_PATH, "artifacts", str(limit), *([items] if items else [])] if current
             else ["/bin/cat", path])
     return _exec(namespace, pod, argv, what="artifacts", max_output=limit)
 

@@ -20,12 +20,13 @@ from datetime import datetime, timedelta
 from shipyard.api.conventions import event_name, iso
 from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
-from shipyard.plan.phases import TrialPlan, VerifyScript
+from shipyard.plan.phases import TrialPlan, VerifyScript, main_artifacts
 from shipyard.reconcile import exec_policy, write_policy
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.admission import Evicted
 from shipyard.reconcile.pod_observation import PodObservation
 from shipyard.reconcile.runner_output import PackedArtifacts, PhaseStatus
+from shipyard.taskformat import ArtifactConfig
 
 ARTIFACTS_OVER_LIMIT = 5
 """The runner's exit code for a packed artifacts tar over the limit (`artifacts LIMIT`)."""
@@ -164,6 +165,9 @@ class KeepArtifacts:
     pod: str
     step: str | None
     packed: PackedArtifacts | None = None
+    recover: tuple[ArtifactConfig, ...] = ()
+    """The trial ended before its verification packed them: the runner packs these first
+    (Harbor collects a failed trial's artifacts best effort)."""
 
 
 @dataclass(frozen=True)
@@ -584,6 +588,16 @@ def _has_services(state: LoopState) -> bool:
     return plan is not None and plan.environment.compose is not None
 
 
+def _unpacked(state: LoopState, plan: TrialPlan) -> tuple[ArtifactConfig, ...]:
+    """What the environment pod would have packed, when the trial ended before any phase that
+    packs (a shared verifier, a separate verifier's collect) and the pod is there."""
+    if any(r.launched and r.name in ("verifier", "collect") for r in state.status.phases):
+        return ()
+    if state.pods is None or not state.pods.env.exists:
+        return ()
+    return main_artifacts(plan.steps[-1].artifacts)
+
+
 def finishing(state: LoopState) -> LoopState:
     """The outcome and the end in one write (the outcome is on record before its pods go),
     then the pods go (unless kept) and the trial's Workloads."""
@@ -598,7 +612,7 @@ def finishing(state: LoopState) -> LoopState:
     if plan is not None and not plan.multi_step and pod \
             and any(r.launched for r in state.status.phases):
         packed = state.packed[1] if state.packed and state.packed[0] == pod else None
-        steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed))
+        steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed, _unpacked(state, plan)))
     steps += [_Finalize(), FLUSH]
     if not state.keep:
         steps.append(RemovePods(pod_names(state.status)))

@@ -9,6 +9,8 @@ may have replaced); runner.sh runs the shell. Both say the same."""
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import shlex
 from dataclasses import dataclass, replace
@@ -370,10 +372,20 @@ def _collect_ops(hooks: tuple[VerifierCollectConfig, ...],
     return (*_hook_ops(hooks), _pack_op(artifacts))
 
 
+def _pack_items(artifacts: tuple[ArtifactConfig, ...]) -> list[dict[str, Any]]:
+    return [{"source": a.source, **({"exclude": list(a.exclude)} if a.exclude else {})}
+            for a in artifacts]
+
+
 def _pack_op(artifacts: tuple[ArtifactConfig, ...]) -> Op:
-    items = [{"source": a.source, **({"exclude": list(a.exclude)} if a.exclude else {})}
-             for a in artifacts]
-    return _op("pack", dst=ARTIFACTS_TAR, items=items)
+    return _op("pack", dst=ARTIFACTS_TAR, items=_pack_items(artifacts))
+
+
+def recovery_items(artifacts: tuple[ArtifactConfig, ...]) -> str:
+    """The Go runner's `artifacts LIMIT ITEMS` argument: what it packs as the pack step would
+    when nothing was packed (a trial that ended before its verification)."""
+    text = json.dumps(_pack_items(artifacts), separators=(",", ":"))
+    return base64.b64encode(text.encode()).decode()
 
 
 def _hook_ops(hooks: tuple[VerifierCollectConfig, ...]) -> tuple[Op, ...]:

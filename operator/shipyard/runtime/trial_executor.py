@@ -53,6 +53,7 @@ from shipyard.render.compose import (
 )
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
+from shipyard.render.phase_scripts import recovery_items
 from shipyard.render.pod import (
     build_logs_configmap,
     build_runner_configmap,
@@ -67,6 +68,7 @@ from shipyard.runtime.executor import execs
 from shipyard.runtime.runner_files import ensure_runner
 from shipyard.runtime.status_writer import StatusWriter
 from shipyard.runtime.wake import Waiter
+from shipyard.taskformat import ArtifactConfig
 
 ARTIFACT_LIMIT = ARTIFACTS_LIMIT_BYTES + TAR_OVERHEAD_BYTES
 
@@ -331,12 +333,15 @@ class KubeTrialExecutor:
 
     # ------------------------------------------------------------ artifacts
 
-    async def _read_artifacts(self, pod: str) -> kube_runner.Reply:
-        """The tar the collect phase packed in the environment pod (bounded by the limit)."""
+    async def _read_artifacts(self, pod: str, recover: tuple[ArtifactConfig, ...] = ()
+                              ) -> kube_runner.Reply:
+        """The tar the collect phase packed in the environment pod (bounded by the limit);
+        `recover`: packed first if nothing was (the Go runner only)."""
         runner = self.pod_runners.get(pod)
         current = runner is None or runner == runner_configmap_name()
+        items = recovery_items(recover) if recover and current else ""
         return await self.exec_call(kube_runner.artifacts, self.namespace, pod, ARTIFACT_LIMIT,
-                                    ARTIFACTS_TAR, current)
+                                    ARTIFACTS_TAR, current, items)
 
     async def read_artifacts(self, action: loop.ReadArtifacts) -> loop.ExecReply:
         started = time.monotonic()
@@ -378,7 +383,7 @@ class KubeTrialExecutor:
         Best effort: a failure is logged, never fails the trial. Without an exec when the
         verifier's reply carried them."""
         reply = (_carried(action.packed) if action.packed is not None
-                 else await self._read_artifacts(action.pod))
+                 else await self._read_artifacts(action.pod, action.recover))
         refused = None
         if reply.state != "ok":
             if reply.exit_code != loop.ARTIFACTS_OVER_LIMIT:

@@ -38,6 +38,7 @@ from shipyard.plan.phases import (
 from shipyard.reconcile.runner_output import PhaseStatus, parse_runner_output
 from shipyard.render.artifact_bundle import clean_artifacts
 from shipyard.render.phase_bundle import build_phase_bundle
+from shipyard.render.phase_scripts import recovery_items
 from shipyard.taskformat import ArtifactConfig, HealthcheckConfig, VerifierCollectConfig
 from tests.unit.render.test_runner_sh import Runner, busybox_path, go_runner, runner  # noqa: F401
 
@@ -327,3 +328,23 @@ def test_an_offline_phase_s_fence_comes_before_its_own_steps_and_command(
                                         script=CommandAgentScript(f"touch {ran}")))
     assert result.exit_code != 0 and not ran.exists()
     assert f"reached the cluster DNS at {listening}" in result.output
+
+
+def test_artifacts_not_packed_are_packed_when_asked_with_their_items(
+        runner: Runner, fs: Path) -> None:  # noqa: F811
+    """A trial that ended before its verification: the Go runner packs what the collection
+    would have (runner.sh ignores the items: nothing packed, as before)."""
+    (fs / "logs" / "artifacts").mkdir(parents=True)
+    (fs / "logs" / "artifacts" / "note.txt").write_text("left by the agent")
+    items = recovery_items((ArtifactConfig(source=f"{fs}/logs/artifacts"),))
+    got = runner.run("artifacts", "1000000", items)
+    if len(runner.argv) > 1:
+        assert got.returncode == 4
+        return
+    assert got.returncode == 0, got.stderr
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        names = {m.name.rstrip("/").rsplit("/", 1)[-1]: m for m in tar}
+        assert tar.extractfile(names["note.txt"]).read() == b"left by the agent"  # type: ignore[union-attr]
+    (fs / "logs" / "artifacts" / "later.txt").write_text("x")  # packed once: the same tar
+    assert runner.run("artifacts", "1000000", items).stdout == got.stdout
+    assert runner.run("artifacts", "1000000", "not base64!").returncode == 0  # packed already

@@ -407,3 +407,20 @@ def test_a_pod_that_never_ran_a_phase_is_not_asked_for_artifacts_at_the_trials_e
         state = loop.LoopState(plan, status, status, "t", "u", "ns", "t-logs")
         todo = loop.finishing(state).todo
         assert any(isinstance(a, loop.KeepArtifacts) for a in todo) == asked
+
+
+def test_a_trial_that_ended_before_its_verification_has_its_artifacts_packed_at_its_end() -> None:
+    from shipyard.api.models import PhaseRecord
+
+    plan = plan_for()
+    pods = machine.Pods(env=observe_pod(pod(ready=True)), verifier=PodObservation.absent())
+    agent_failed = TrialStatus(pod_name="t-env", phases=[
+        PhaseRecord(name="environment", launched=True), PhaseRecord(name="agent", launched=True),
+        PhaseRecord(name="verifier")])
+    verified = agent_failed.model_copy(deep=True)
+    verified.phases[2].launched = True
+    for status, observed, recovered in ((agent_failed, pods, True), (verified, pods, False),
+                                        (agent_failed, None, False)):
+        state = loop.LoopState(plan, status, status, "t", "u", "ns", "t-logs", pods=observed)
+        keep = next(a for a in loop.finishing(state).todo if isinstance(a, loop.KeepArtifacts))
+        assert [a.source for a in keep.recover] == (["/logs/artifacts"] if recovered else [])
