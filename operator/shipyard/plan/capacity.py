@@ -131,20 +131,54 @@ def never_fits_message(what: str, requests: PodRequests, cpus: float | None,
 
 
 _REASON = re.compile(r"^(\d+)\s+(.+)$")
+TAINT_REASON = "untolerated taint"
+"""The scheduler's words for a node whose taints the pod does not tolerate (since Kubernetes
+1.33 without naming them)."""
+TEMPORARY_TAINTS = frozenset({
+    "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/memory-pressure", "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure", "node.kubernetes.io/network-unavailable",
+})
+"""The taints the node lifecycle controller puts on a node for a condition and takes off when
+it passes (a full disk, memory pressure, a kubelet restarting)."""
+
+NodeTaints = tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]
+"""(node, its taints as (key, value, effect)) of the schedulable nodes."""
 
 
-def waits_for_capacity(message: str) -> bool:
+def waits_for_capacity(message: str, temporary_taints: bool = False) -> bool:
     """Whether the scheduler's Unschedulable message says only that the nodes are full now
-    (Insufficient cpu/memory, too many pods), not that no node may take the pod at all. Its
-    form: `0/1 nodes are available: 1 Insufficient cpu, 2 ... [.,] preemption: ...`; phrases
-    without a node count (`no new claims to deallocate`) are not reasons."""
+    (Insufficient cpu/memory, too many pods) or, with `temporary_taints`, carry a taint that
+    passes (`passing_taints`), not that no node may take the pod at all. Its form: `0/1 nodes
+    are available: 1 Insufficient cpu, 2 ... [.,] preemption: ...`; phrases without a node
+    count (`no new claims to deallocate`) are not reasons."""
     head = (message or "").split("preemption:")[0]
     if "nodes are available:" not in head:
         return False
     listed = re.split(r"[,.]\s*", head.split("nodes are available:", 1)[1])
     reasons = [m.group(2).strip() for m in map(_REASON.match, (p.strip() for p in listed)) if m]
     return bool(reasons) and all(r.startswith("Insufficient ") or r == "Too many pods"
-                                 for r in reasons)
+                                 or (temporary_taints and TAINT_REASON in r) for r in reasons)
+
+
+def _tolerates(toleration: dict, key: str, value: str, effect: str) -> bool:
+    if toleration.get("effect") and toleration["effect"] != effect:
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == key
+    return toleration.get("key") == key and (toleration.get("value") or "") == value
+
+
+def passing_taints(nodes: NodeTaints, tolerations: list[dict]) -> tuple[str, ...]:
+    """The taint keys keeping the pod off a node whose untolerated taints all pass
+    (`TEMPORARY_TAINTS`), or () when no node is only held so: the pod waits for them to go."""
+    for _, taints in nodes:
+        held = sorted({key for key, value, effect in taints
+                       if effect in ("NoSchedule", "NoExecute")
+                       and not any(_tolerates(t, key, value, effect) for t in tolerations)})
+        if held and all(key in TEMPORARY_TAINTS for key in held):
+            return tuple(held)
+    return ()
 
 
 def unschedulable_message(scheduler: str, what: str, requests: PodRequests,

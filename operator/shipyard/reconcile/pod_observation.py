@@ -53,6 +53,9 @@ class PodObservation:
     image_pull_permanent: bool = False  # else kubelet's retries may still pull it
     config_error: str | None = None
     unschedulable: str | None = None  # the scheduler's message while Unschedulable
+    passing_taints: tuple[str, ...] = ()
+    """Taints the kubelet's conditions put on a node, all that keep the pod off it
+    (`plan.capacity.passing_taints`; looked up only for an Unschedulable pod's taint)."""
     network: str | None = None  # the network policy key the pod is under (its label)
     network_settled_at: datetime | None = None
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""

@@ -764,6 +764,9 @@ def next_action(status: TrialStatus, plan: TrialPlan, pods: Pods, now: datetime,
         scheduler = _unschedulable_text(plan, spec.pod, rec, pod.unschedulable or "")
         text = (f"waiting for capacity: {scheduler} It fits the largest node: it waits for "
                 "other pods to end.")
+        if pod.passing_taints:
+            text += (f" A node is held only by the taints of its conditions "
+                     f"({', '.join(pod.passing_taints)}): it waits for them to pass.")
         waiting = waiting_for_capacity(status, text, now)
         return (Wait(now + CAPACITY_LOOK), *(waiting or (None, None)))
     if not rec.launched and (pod.ready or pod.running):
@@ -992,7 +995,8 @@ def _waits_for_capacity(plan: TrialPlan, role: Role, rec: PhaseRecord,
     if not pod.unschedulable or pod_plan is None or pod_plan.accelerators.requested:
         return False
     fits = capacity.fits_some(pod_requests_of(plan, pod_plan), plan.nodes)
-    return bool(fits) and capacity.waits_for_capacity(pod.unschedulable)
+    return bool(fits) and capacity.waits_for_capacity(pod.unschedulable,
+                                                      bool(pod.passing_taints))
 
 
 def _unschedulable_text(plan: TrialPlan, role: Role, rec: PhaseRecord, scheduler: str) -> str:

@@ -26,10 +26,12 @@ from shipyard.api.models import TrialStatus
 from shipyard.api.reasons import Reason
 from shipyard.kube import artifacts as kube_artifacts
 from shipyard.kube import network as kube_network
+from shipyard.kube import nodes as kube_nodes
 from shipyard.kube import objects
 from shipyard.kube import runner as kube_runner
 from shipyard.kube.errors import ApiException, api_message, error_body, is_server_error
 from shipyard.kube.pod_exec import EXEC_TIMEOUT_SEC
+from shipyard.plan import capacity
 from shipyard.plan.compose import service_log_key
 from shipyard.plan.network import NetworkSettings
 from shipyard.plan.phases import ARTIFACTS_TAR, PhaseSpec, TrialPlan, VerifierEnvironmentScript
@@ -115,7 +117,12 @@ class KubeTrialExecutor:
                     pod = self.waker.pods[name]
                 else:
                     pod = await self.call(objects.get_pod, self.namespace, name)
-            found.append(observe_pod(pod))
+            seen = observe_pod(pod)
+            if pod is not None and capacity.TAINT_REASON in (seen.unschedulable or ""):
+                tolerations = (pod.get("spec") or {}).get("tolerations") or []
+                seen = replace(seen, passing_taints=capacity.passing_taints(
+                    await self.call(kube_nodes.taints), tolerations))
+            found.append(seen)
         return loop.PodsSeen(*found)
 
     async def fetch_pod(self, action: loop.FetchPod) -> loop.PodFetched:

@@ -183,3 +183,29 @@ def test_without_known_nodes_the_grace_decides_and_names_the_request():
 def test_pod_requests_count_the_sidecars():
     requests = pod_requests(1, 512, PodOverrides())
     assert requests.cpu_millis == 1010 and requests.memory_bytes == 528 * MI
+
+
+TAINTED = ("0/1 nodes are available: 1 node(s) had untolerated taint(s). no new claims to "
+           "deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+           "scheduling.")
+
+
+def test_a_taint_holds_the_pod_for_a_while_only_when_it_is_a_nodes_passing_condition():
+    from shipyard.plan.capacity import passing_taints
+
+    assert not waits_for_capacity(TAINTED)  # the scheduler no longer names the taint
+    assert waits_for_capacity(TAINTED, temporary_taints=True)
+    disk = ("node-a", (("node.kubernetes.io/disk-pressure", "", "NoSchedule"),))
+    gpu = ("node-b", (("nvidia.com/gpu", "present", "NoSchedule"),))
+    both = ("node-c", (("node.kubernetes.io/not-ready", "", "NoExecute"),
+                       ("dedicated", "eval", "NoSchedule")))
+    soft = ("node-d", (("example.com/soon", "", "PreferNoSchedule"),))
+    assert passing_taints((disk,), []) == ("node.kubernetes.io/disk-pressure",)
+    assert passing_taints((gpu, disk), []) == ("node.kubernetes.io/disk-pressure",)
+    assert passing_taints((gpu,), []) == ()  # a node pool's own taint does not pass
+    assert passing_taints((both,), []) == ()  # nor does it with a passing one
+    assert passing_taints((both,), [{"key": "dedicated", "operator": "Equal",
+                                     "value": "eval", "effect": "NoSchedule"}]) == (
+        "node.kubernetes.io/not-ready",)
+    assert passing_taints((soft,), []) == ()  # held by nothing of it
+    assert passing_taints((disk,), [{"operator": "Exists"}]) == ()  # tolerated: not the cause

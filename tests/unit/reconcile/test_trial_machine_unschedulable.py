@@ -36,3 +36,23 @@ def test_trial_override_of_the_grace() -> None:
     status, pods = pending(plan)
     assert m.next_action(status, plan, pods, at(4))[0] == m.Wait(at(5))
     assert isinstance(m.next_action(status, plan, pods, at(5))[0], m.Finish)
+
+
+def test_a_pod_held_only_by_a_nodes_passing_taints_waits_past_the_grace_and_says_so() -> None:
+    from dataclasses import replace
+
+    from tests.unit.plan.test_capacity import TAINTED, TWO_CORES
+
+    plan = replace(plan_for(), nodes=TWO_CORES)
+    status, _ = pending(plan)
+    stuck = unschedulable_pod(created=T0)
+    stuck["status"]["conditions"][0]["message"] = TAINTED
+    held = observe_pod(stuck)
+    failed = m.next_action(status, plan, m.Pods(env=held, verifier=observe_pod(None)), at(3600))
+    assert isinstance(failed[0], m.Finish)  # a taint that does not pass: Unschedulable
+    waiting = replace(held, passing_taints=("node.kubernetes.io/disk-pressure",))
+    action, decided, _ = m.next_action(status, plan, m.Pods(env=waiting,
+                                                            verifier=observe_pod(None)), at(3600))
+    assert isinstance(action, m.Wait) and decided is not None
+    text = next(c.message for c in decided.conditions if c.reason == "WaitingForCapacity")
+    assert "node.kubernetes.io/disk-pressure" in text and "waits for them to pass" in text
