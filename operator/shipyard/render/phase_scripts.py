@@ -113,7 +113,8 @@ def _fence_message(fence: Fence) -> str:
     return (f"{FENCE_MARK} after {_seconds(fence.timeout_sec)} s: the pod still reached "
             f"{fence.target} at {{}}, which the phase's policy blocks. Does the cluster's CNI "
             "enforce NetworkPolicy, and does no other policy of the namespace let trial pods "
-            "out? (Nothing of the phase ran.)")
+            "out? Nothing of the phase ran. (SHIPYARD_NETWORK_FENCE_SEC=0 turns this check "
+            "off: trials then run open where policies are not enforced.)")
 
 
 def _seconds(value: float) -> int:
