@@ -216,3 +216,41 @@ def test_a_sidecar_that_crashes_mid_trial_is_restarted_with_its_volume(shipyard)
     shipyard.trial("crash-cmd", "crash", {"name": "command", "command": agent})
     status = shipyard.wait("crash-cmd", timeout=300)["status"]
     assert status.get("reward") == 1.0, status
+
+
+def test_a_shared_verifiers_sidecar_hooks_run_before_it_and_its_artifacts_are_exported(
+        cluster, shipyard, tmp_path):
+    """Harbor runs a sidecar's collect hooks and copies its artifacts out before a shared
+    verifier too: the hook's file is in the sidecar when the tests read it, and the sidecar's
+    artifacts are in the export beside the main container's."""
+    import json
+
+    files = _example_files(**{"task.toml": (
+        "[environment]\n",
+        '[[verifier.collect]]\ncommand = "ls /data > /data/listing"\nservice = "notes"\n'
+        "timeout_sec = 30\n[environment]\n")})
+    files["task.toml"] = files["task.toml"].replace(
+        'schema_version = "1.4"\n',
+        'schema_version = "1.4"\nartifacts = [{ source = "/data", service = "notes" }]\n', 1)
+    files["tests/test.sh"] = (
+        "#!/bin/bash\n# The hook ran in the sidecar before the tests: its listing is there.\n"
+        'got=$(python3 -c "import urllib.request as u; print(u.urlopen('
+        "'http://notes:8080/notes/listing').read().decode().split())\" 2>&1)\n"
+        'echo "the listing: ${got}"\n'
+        "if [[ $got == *greeting* ]]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    shipyard.task("shared-evidence", files)
+    shipyard.trial("shared-evidence-oracle", "shared-evidence")
+    trial = shipyard.wait("shared-evidence-oracle", timeout=300)
+    status = trial["status"]
+    logs = shipyard.core.read_namespaced_config_map(status["logsConfigMap"], shipyard.namespace)
+    assert status.get("reward") == 1.0, (status, logs.data.get("verifier.log"))
+    out = tmp_path / "job"
+    result = shipyard_cli(cluster, "results", "shared-evidence-oracle", "-n",
+                          shipyard.namespace, "--output-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    art = out / "shared-evidence-oracle" / "artifacts"
+    rows = {r["source"]: r for r in json.loads((art / "manifest.json").read_text())}
+    assert rows["/data"]["status"] == "ok" and rows["/data"]["service"] == "notes", rows
+    assert rows["/logs/artifacts"]["status"] in ("ok", "empty"), rows
+    assert (art / "data" / "greeting").read_text() == "hello from main"
+    assert "greeting" in (art / "data" / "listing").read_text()

@@ -73,7 +73,7 @@ from shipyard.taskformat import (
     runnable,
     step_settings,
 )
-from shipyard.taskformat.compose import ComposeEnvironment, load_compose
+from shipyard.taskformat.compose import MAIN, ComposeEnvironment, load_compose
 
 PhaseKind = Literal[
     "environment", "healthcheck", "setup", "agent", "collect", "verifier-environment",
@@ -399,7 +399,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         )
         step_plan = replace(_step_plan(task, spec, step, settings, environment, environ, images),
                             artifacts=tuple(settings.artifacts))
-        if step_plan.verifier_mode == "separate" and compose is not None:
+        if compose is not None:
             step_plan = replace(step_plan, sidecar_evidence=sidecar_evidence(
                 settings.collect, settings.artifacts))
         step_plans.append(step_plan)
@@ -790,7 +790,8 @@ def verifier_phase(
         id=phase_id("verifier", index),
         step=step,
         pod=Role.VERIFIER if separate else Role.ENV,
-        script=VerifyScript(script, () if separate else tuple(collect_hooks),
+        script=VerifyScript(script, () if separate else tuple(
+                                h for h in collect_hooks if h.service == MAIN),
                             not step_plan.bundled_tests,
                             () if separate else main_artifacts(step_plan.artifacts)),
         user=user,

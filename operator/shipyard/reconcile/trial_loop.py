@@ -165,9 +165,22 @@ class KeepArtifacts:
     pod: str
     step: str | None
     packed: PackedArtifacts | None = None
+    sidecars: bytes = b""
+    """The step's sidecar evidence collected before its shared verifier (`CollectSidecars`),
+    kept with what the pod packed."""
     recover: tuple[ArtifactConfig, ...] = ()
     """The trial ended before its verification packed them: the runner packs these first
     (Harbor collects a failed trial's artifacts best effort)."""
+
+
+@dataclass(frozen=True)
+class CollectSidecars:
+    """Before a shared verifier: its step's sidecar collect hooks run in their containers and
+    their artifacts copied out (best effort), held for the export (`SidecarsCollected`)."""
+
+    pod: str
+    step: str | None
+    phase: str
 
 
 @dataclass(frozen=True)
@@ -194,8 +207,8 @@ class Crash:
 
 Action = (Observe | Flush | WaitWake | Pause | Admit | Preempt | ApplyNetwork | CreatePodObject
           | LabelPod | DeletePod | PutSecrets | RunExec | StopPhase | FetchPod | ReadArtifacts
-          | SaveArtifacts | KeepArtifacts | ServiceLogs | RemovePods | ReleaseWorkloads | Crash
-          | machine.Done)
+          | SaveArtifacts | KeepArtifacts | CollectSidecars | ServiceLogs | RemovePods
+          | ReleaseWorkloads | Crash | machine.Done)
 
 
 @dataclass(frozen=True)
@@ -319,9 +332,16 @@ class ServiceLogsRead:
     logs: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class SidecarsCollected:
+    phase: str
+    step: str | None
+    data: bytes  # the sidecars' artifacts as one tar (empty: none)
+
+
 Observation = (Nothing | Written | TrialSeen | PodsSeen | PodFetched | Woken | Admitted
                | NetworkApplied | NetworkRefused | PodCreated | PodRefused | Labelled
-               | ExecReply | ServiceLogsRead)
+               | ExecReply | ServiceLogsRead | SidecarsCollected)
 
 # ---------------------------------------------------------------- state
 
@@ -378,6 +398,11 @@ class LoopState:
     """(pod, its artifacts tar or refusal) as a verifier's reply carried them, until the
     trial's end keeps them (`KeepArtifacts`)."""
     exec: ExecProgress | None = None
+    sidecars_done: frozenset[str] = frozenset()
+    """Shared verifiers whose sidecar evidence was collected by this process (after a restart
+    it is collected again: the hooks are best effort, as Harbor's)."""
+    sidecars: Mapping[str | None, bytes] = field(default_factory=dict)
+    """That evidence by step, until the step's artifacts are kept (`KeepArtifacts`)."""
     stopping: tuple[machine.Role, str] | None = None
     hold_rest: float | None = None  # a held write's wait: what is left of it after the hold
     holding: bool = False
@@ -540,6 +565,8 @@ def _machine_action(state: LoopState, plan: TrialPlan, action: machine.Action, n
         case machine.Launch(phase=phase):
             pod = machine.pod_name(state.status, plan.phase(phase).pod)
             assert pod is not None
+            if machine.needs_sidecars(plan, phase) and phase not in state.sidecars_done:
+                return CollectSidecars(pod, plan.phase(phase).step, phase), state
             runner = state.pod_runners.get(pod)
             current = runner is None or runner == state.current_runner
             fold = machine.folds_verifier(state.pod_go_runners.get(pod), state.current_go_runner,
@@ -612,7 +639,9 @@ def finishing(state: LoopState) -> LoopState:
     if plan is not None and not plan.multi_step and pod \
             and any(r.launched for r in state.status.phases):
         packed = state.packed[1] if state.packed and state.packed[0] == pod else None
-        steps.append(KeepArtifacts(pod, plan.steps[-1].name, packed, _unpacked(state, plan)))
+        step = plan.steps[-1].name
+        steps.append(KeepArtifacts(pod, step, packed, state.sidecars.get(step, b""),
+                                   _unpacked(state, plan)))
     steps += [_Finalize(), FLUSH]
     if not state.keep:
         steps.append(RemovePods(pod_names(state.status)))
@@ -701,8 +730,9 @@ def _exec_step(state: LoopState, plan: TrialPlan, now: datetime) -> tuple[Action
     if ex.artifacts and plan.multi_step and last.collected:
         # This step's, kept now (read by an exec of its own when the reply did not carry
         # them: runner.sh): the next step's verifier packs its own in their place.
-        state = _queue(state, KeepArtifacts(ex.pod, plan.phase(ex.phases[-1]).step,
-                                            last.artifacts))
+        step = plan.phase(ex.phases[-1]).step
+        state = _queue(state, KeepArtifacts(ex.pod, step, last.artifacts,
+                                            state.sidecars.get(step, b"")))
     elif ex.artifacts and last.artifacts is not None:
         state = replace(state, packed=(ex.pod, last.artifacts))
     if ex.command == "launch":
@@ -848,6 +878,10 @@ def absorb(state: LoopState, seen: Observation, now: datetime) -> LoopState:
             if failed is not None:
                 state = take(state, *failed)
             return _queue(state, Observe(True))
+        case SidecarsCollected(phase=phase, step=step, data=data):
+            state = replace(state, sidecars_done=state.sidecars_done | {phase},
+                            sidecars={**state.sidecars, step: data})
+            return _queue(state, Observe())
         case ServiceLogsRead(logs=logs):
             if logs:
                 state = replace(state, logs={**state.logs, **logs})

@@ -920,13 +920,24 @@ def chained_phases(plan: TrialPlan, phase_id: str, current_runner: bool = True,
             return chain
         chain.append(after.id)
     last = plan.phase(chain[-1])
-    if fold_verifier and last.name == "agent" and len(plan.steps) == 1:
+    # Not past a step whose sidecars are collected from first (`needs_sidecars`).
+    if fold_verifier and last.name == "agent" and len(plan.steps) == 1 \
+            and not plan.steps[0].sidecar_evidence:
         at = ids.index(last.id)
         after = plan.phases[at + 1] if at + 1 < len(ids) else None
         if (after is not None and after.name == "verifier" and after.pod == last.pod
                 and not after.secrets):
             chain.append(after.id)
     return chain
+
+
+def needs_sidecars(plan: TrialPlan, phase_id: str) -> bool:
+    """A shared verifier whose step collects from docker-compose sidecars (their collect
+    hooks, their artifacts for the export): done by the operator before its launch, as
+    Harbor collects before verification."""
+    spec = plan.phase(phase_id)
+    return (spec.name == "verifier" and spec.pod == Role.ENV
+            and bool(plan.step(spec.step).sidecar_evidence))
 
 
 def folds_verifier(go_runner: str | None, current_go_runner: str, pod: str,

@@ -396,12 +396,21 @@ class KubeTrialExecutor:
             if reply.exit_code != loop.ARTIFACTS_OVER_LIMIT:
                 if reply.exit_code is None:
                     self.logger.warning(f"artifacts of {action.pod} not kept: {reply.error}")
-                return loop.Nothing()  # none were packed (the trial ended before)
-            refused = reply.error
-            self.logger.warning(f"artifacts of {action.pod} not kept: {refused}")
-        await self._keep_for_export(reply.stdout if reply.state == "ok" else None,
-                                    action.step, refused, action.pod)
+                if not action.sidecars:
+                    return loop.Nothing()  # none were packed (the trial ended before)
+            else:
+                refused = reply.error
+                self.logger.warning(f"artifacts of {action.pod} not kept: {refused}")
+        raw = reply.stdout if reply.state == "ok" else None
+        if action.sidecars:
+            raw = concat_tars(raw or b"", action.sidecars)
+        await self._keep_for_export(raw, action.step, refused, action.pod)
         return loop.Nothing()
+
+    async def collect_sidecars(self, action: loop.CollectSidecars) -> loop.SidecarsCollected:
+        """Before a shared verifier: its step's sidecar evidence (`sidecar_evidence`)."""
+        return loop.SidecarsCollected(action.phase, action.step,
+                                      await self.sidecar_evidence(action.pod, action.step))
 
     async def _keep_for_export(self, raw: bytes | None, step: str | None,
                                refused: str | None, pod: str) -> None:
@@ -473,9 +482,9 @@ class KubeTrialExecutor:
         return build_phase_bundle(phase_id, phase)
 
     async def sidecar_evidence(self, pod: str, step: str | None) -> bytes:
-        """The step's docker-compose sidecar evidence for its separate verifier: each
-        sidecar's collect hooks, then its artifacts copied out (best effort, as Harbor's
-        collection: a failure is logged, never fails the trial)."""
+        """The step's docker-compose sidecar evidence for its verifier: each sidecar's collect
+        hooks, then its artifacts copied out (best effort, as Harbor's collection: a failure
+        is logged, never fails the trial)."""
         if self.plan is None:
             return b""
         parts = []

@@ -223,9 +223,9 @@ def _network_refusals(task: LoadedTask) -> list[TaskFormatError]:
 
 def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
     """Sidecar artifacts and collect hooks (`service` other than main) are collected from
-    their service before a separate verifier; what cannot be is refused rather than graded
-    without its evidence: a service the compose file lacks, a hook with a `user` (an exec
-    into a container cannot switch users), a hook before a shared verifier."""
+    their service before the verifier, shared or separate; what cannot be is refused rather
+    than graded without its evidence: a service the compose file lacks, a hook with a `user`
+    (an exec into a container cannot switch users)."""
     config = task.config
     try:
         compose = load_compose(task)
@@ -249,9 +249,6 @@ def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
                 continue
             if hook.service not in services:
                 reason = f"service {hook.service!r} is not defined in {ENVIRONMENT_COMPOSE}"
-            elif settings.verifier_mode != "separate":
-                reason = (f"a collect hook in the sidecar {hook.service!r} runs only before a "
-                          "separate verifier here (environment_mode = \"separate\")")
             elif hook.user is not None:
                 reason = (f"a collect hook in the sidecar {hook.service!r} runs as that "
                           "container's user: drop 'user'")

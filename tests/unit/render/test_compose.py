@@ -203,7 +203,7 @@ def test_sidecar_artifacts_are_merged_at_their_original_paths():
     assert files == {"data/greeting": b"good", "data/sub/x": b"x", "tmp/.dump.sql": b"rows"}
 
 
-def test_sidecar_evidence_is_planned_for_a_separate_verifier_only():
+def test_sidecar_evidence_is_grouped_by_service_hooks_first():
     from shipyard.plan.compose import sidecar_evidence
     from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
 
@@ -216,3 +216,28 @@ def test_sidecar_evidence_is_planned_for_a_separate_verifier_only():
     assert (db.service, [h.command for h in db.hooks], [a.source for a in db.artifacts]) == (
         "db", ["dump"], ["/d"])
     assert (api.service, api.hooks, [a.source for a in api.artifacts]) == ("api", (), ["/x"])
+
+
+def test_a_shared_verifier_gets_its_sidecar_evidence_and_runs_only_main_s_hooks_itself():
+    from shipyard.plan.phases import VerifyScript, build_plan
+    from tests.unit.helpers import trial_spec
+
+    files = {str(p.relative_to(EXAMPLE)): p.read_bytes() for p in EXAMPLE.rglob("*")
+             if p.is_file()}
+    files["task.toml"] = files["task.toml"].replace(
+        b'schema_version = "1.4"\n',
+        b'schema_version = "1.4"\nartifacts = [{ source = "/data", service = "notes" }]\n'
+    ).replace(b"[environment]\n", (
+        b'[[verifier.collect]]\ncommand = "ls /data > /data/listing"\nservice = "notes"\n'
+        b'[[verifier.collect]]\ncommand = "echo main"\n'
+        b"[environment]\n"), 1)
+    loaded = load_task_files(files, name="compose")
+    plan = build_plan(loaded, trial_spec(agent={"name": "oracle"}), {},
+                      images={"service.notes": NOTES_IMAGE})
+    [evidence] = plan.steps[0].sidecar_evidence
+    assert evidence.service == "notes" and [h.command for h in evidence.hooks] == [
+        "ls /data > /data/listing"]
+    assert [a.source for a in evidence.artifacts] == ["/data"]
+    verify = plan.phase("verifier").script
+    assert isinstance(verify, VerifyScript)
+    assert [h.command for h in verify.hooks] == ["echo main"]  # the sidecar's runs in it

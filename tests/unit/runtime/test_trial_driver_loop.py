@@ -75,8 +75,11 @@ class FakeExecutor:
             loop.CreatePodObject: "create_pod_object", loop.RunExec: "run_exec",
             loop.DeletePod: "delete_pod", loop.RemovePods: "remove_pods",
             loop.ReleaseWorkloads: "nothing", loop.FetchPod: "fetch_pod",
-            loop.KeepArtifacts: "nothing",
+            loop.KeepArtifacts: "nothing", loop.CollectSidecars: "collect_sidecars",
         }[type(action)])(action)
+
+    async def collect_sidecars(self, action: loop.CollectSidecars) -> loop.SidecarsCollected:
+        return loop.SidecarsCollected(action.phase, action.step, b"sidecar-tar")
 
     def _seen(self, name: str | None) -> PodObservation:
         return observe_pod(self.pods.get(name)) if name else PodObservation.absent()
@@ -144,10 +147,10 @@ class FakeExecutor:
         return loop.ExecReply("exec", "ok", done, exit_code=0)
 
 
-def drive(executor: FakeExecutor, status: TrialStatus | None = None, **spec: Any
-          ) -> TrialDriver:
+def drive(executor: FakeExecutor, status: TrialStatus | None = None, plan: Any = None,
+          **spec: Any) -> TrialDriver:
     spec = {"agent": {"name": "oracle"}, **spec}
-    plan = plan_for(**spec)
+    plan = plan or plan_for(**spec)
     body = trial_body(**spec)
     driver = TrialDriver(body, LOG, OperatorSettings(), executor=executor)
     if executor.go_runner:  # the operator's own Go runner
@@ -424,3 +427,28 @@ def test_a_trial_that_ended_before_its_verification_has_its_artifacts_packed_at_
         state = loop.LoopState(plan, status, status, "t", "u", "ns", "t-logs", pods=observed)
         keep = next(a for a in loop.finishing(state).todo if isinstance(a, loop.KeepArtifacts))
         assert [a.source for a in keep.recover] == (["/logs/artifacts"] if recovered else [])
+
+
+def test_a_shared_verifier_whose_step_has_sidecar_evidence_gets_it_first_and_keeps_it() -> None:
+    """Harbor collects a shared verifier's sidecar evidence (their hooks, their artifacts)
+    before verification: the operator does it before the verifier's own exec, so the quick
+    chain stops after the agent, and the evidence is kept with what the pod packed."""
+    from shipyard.plan.compose import SidecarEvidence
+    from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
+
+    plan = plan_for(agent={"name": "oracle"})
+    evidence = SidecarEvidence("db", (VerifierCollectConfig(command="dump", service="db"),),
+                               (ArtifactConfig(source="/tmp/dump.sql", service="db"),))
+    plan = replace(plan, steps=(replace(plan.steps[0], sidecar_evidence=(evidence,)),))
+    executor = FakeExecutor(go_runner="runner-abc", tar=b"main-tar")
+    executor.plan = plan
+    driver = drive(executor, plan=plan)
+    assert driver.status.phase == "Completed", driver.status
+    collected = executor.calls.index("CollectSidecars")
+    execs = [(i, a) for i, a in enumerate(executor.actions) if isinstance(a, loop.RunExec)]
+    verifier_exec = next(i for i, a in execs if a.phases[-1] == "verifier")
+    assert all("verifier" not in a.phases for i, a in execs if i < collected)  # not folded
+    assert collected < verifier_exec
+    assert executor.calls.count("CollectSidecars") == 1
+    keep = next(a for a in executor.actions if isinstance(a, loop.KeepArtifacts))
+    assert keep.sidecars == b"sidecar-tar"
