@@ -37,6 +37,30 @@ def current() -> OperatorSettings:
 
 def cluster_network_settings(config: NetworkConfig) -> NetworkSettings:
     """The operator's network settings against what this cluster serves (cached lookups)."""
-    return config.resolve(kube_network.discovered_fqdn_apis(), kube_network.node_ip_families(),
-                          kube_network.apiserver_addresses(), kube_network.cluster_ranges(),
-                          kube_network.apiserver_sockets(), kube_network.dns_sockets())
+    settings = config.resolve(kube_network.discovered_fqdn_apis(),
+                              kube_network.node_ip_families(),
+                              kube_network.apiserver_addresses(),
+                              kube_network.cluster_ranges(), kube_network.apiserver_sockets(),
+                              kube_network.dns_sockets())
+    _tell_fence(config, settings)
+    return settings
+
+
+_fence_told = False
+
+
+def _tell_fence(config: NetworkConfig, settings: NetworkSettings) -> None:
+    """Once per process: whether trial pods get the network fence, and why not."""
+    global _fence_told
+    if _fence_told:
+        return
+    _fence_told = True
+    log = logging.getLogger("shipyard.network")
+    if settings.fence is not None:
+        log.info(f"network fence: each trial pod's first phase waits up to "
+                 f"{settings.fence.timeout_sec:g} s for its policy to refuse the apiserver "
+                 f"({', '.join(settings.fence.sockets)})")
+    elif config.fence_sec > 0 and (config.block_apiserver or config.block_cluster):
+        log.warning("network fence off: the apiserver's addresses could not be read (may the "
+                    "operator get the default/kubernetes Service and its Endpoints?): trial "
+                    "pods start without proof that their network policy is in force")
