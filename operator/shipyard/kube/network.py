@@ -126,8 +126,11 @@ def apiserver_addresses() -> frozenset[str]:
 def apiserver_sockets() -> frozenset[str]:
     """The same as ``ip:port`` (``[ip]:port`` for IPv6), what the network fence connects to
     (`plan.network.Fence`)."""
-    return frozenset(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-                     for ip, port in _cached("apiserver", _apiserver))
+    return frozenset(_socket(ip, port) for ip, port in _cached("apiserver", _apiserver))
+
+
+def _socket(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def _dns() -> frozenset[str]:
@@ -138,7 +141,7 @@ def _dns() -> frozenset[str]:
             return frozenset()
         raise
     ports = [p.port for p in service.spec.ports or [] if p.port and p.protocol == "TCP"]
-    return frozenset(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+    return frozenset(_socket(ip, port)
                      for ip in (service.spec.cluster_ips or [service.spec.cluster_ip])
                      if ip and ip != "None" for port in ports)
 
