@@ -27,7 +27,7 @@ from shipyard.taskformat import (
     step_settings,
     task_config_json,
 )
-from shipyard.taskformat.compose import compose_refusals
+from shipyard.taskformat.compose import compose_refusals, load_compose
 
 PATH_ARGUMENT = click.argument("path", type=click.Path(path_type=Path))
 
@@ -130,6 +130,18 @@ def _push_warnings(directory: Path) -> list:
         return []
 
 
+def _built_from(loaded: LoadedTask | None) -> str:
+    """Where main's image is built from: environment/, or the compose file's build of main."""
+    try:
+        compose = load_compose(loaded) if loaded is not None else None
+    except TaskFormatError:
+        compose = None
+    build = compose.main.build if compose is not None and compose.main else None
+    if build is None:
+        return "built from environment/"
+    return f"built from {build.context or 'the task directory'} ({build.context}{build.dockerfile})"
+
+
 def _seconds(value: float | None) -> str:
     return "none" if value is None else f"{value:g} s"
 
@@ -182,7 +194,7 @@ def _render(config: TaskConfig, loaded: LoadedTask | None, path: Path) -> Group:
         f"tpu {env.tpu.type} {env.tpu.topology} ({env.tpu.chip_count} chips)" if env.tpu else "",
     ]
     environment_rows = [
-        ("image", env.docker_image or "built from environment/"),
+        ("image", env.docker_image or _built_from(loaded)),
         ("os", env.os),
         ("resources", ", ".join(r for r in resources if r) or "provider defaults"),
         ("workdir", env.workdir or "image default"),

@@ -101,7 +101,7 @@ def _flag(value: str | None) -> bool:
 @dataclass(frozen=True)
 class ImageNeed:
     role: str
-    context_dir: str  # "environment/", "tests/", "steps/<s>/tests/"
+    context_dir: str  # "environment/", "tests/", "steps/<s>/tests/"; "" the task's directory
     ref: str
     context_hash: str | None = None
     build: bool = False  # False: a prebuilt image
@@ -197,13 +197,15 @@ def _need(task: LoadedTask, role: str, context_dir: str, docker_image: str | Non
           compose: ComposeEnvironment | None = None) -> ImageNeed | None:
     files = task.tree(context_dir)
     has_dockerfile = DOCKERFILE in files
-    if docker_image and not (force_build and has_dockerfile):
+    main = compose.main if compose is not None else None
+    if docker_image and not (force_build and (has_dockerfile or (main and main.build))):
         return ImageNeed(role, context_dir, docker_image)
+    if main is not None and main.build is not None:
+        # The task's compose file is merged over Harbor's base one: its build of main wins
+        # (e.g. the task's directory as the context, to COPY files beside environment/).
+        return _build_need(task, role, main.build.context, docker_image, timeout_sec,
+                           settings, main.build.dockerfile)
     if not has_dockerfile:
-        main = compose.main if compose is not None else None
-        if main is not None and main.build is not None:
-            return _build_need(task, role, main.build.context, docker_image, timeout_sec,
-                               settings, main.build.dockerfile)
         if main is not None and main.image:
             return ImageNeed(role, context_dir, main.image)
         if COMPOSE_FILE in files:

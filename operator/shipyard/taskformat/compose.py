@@ -15,13 +15,15 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from shipyard.taskformat.errors import TaskFormatError
-from shipyard.taskformat.loader import LoadedTask
 from shipyard.taskformat.resolve import step_settings
+
+if TYPE_CHECKING:
+    from shipyard.taskformat.loader import LoadedTask
 
 COMPOSE_FILE = "docker-compose.yaml"
 ENVIRONMENT_COMPOSE = f"environment/{COMPOSE_FILE}"
@@ -29,6 +31,10 @@ MAIN = "main"
 _VERIFIER_CONTEXTS = re.compile(r"^(?:tests/|steps/[^/]+/tests/)docker-compose\.yaml$")
 
 LOG_KINDS = {"verifier": "/logs/verifier", "agent": "/logs/agent", "artifacts": "/logs/artifacts"}
+TASK_ROOT = "/harbor"
+"""What ``${CONTEXT_DIR}/..`` stands for: the task's directory (``${CONTEXT_DIR}`` is its
+``environment/``, an absolute path as under Harbor), so a build may take the whole task as its
+context."""
 HOST_LOGS_ROOT = "/.shipyard-host-logs"
 """What ``${HOST_<KIND>_PATH}`` stands for: a bind from here is the trial's log volume."""
 RESERVED_NAMES = ("secrets", "probe")
@@ -108,7 +114,7 @@ class Healthcheck:
 
 @dataclass(frozen=True)
 class ServiceBuild:
-    context: str  # task-relative directory, e.g. "environment/db/"
+    context: str  # task-relative directory, e.g. "environment/db/", or "" (the task's own)
     dockerfile: str = "Dockerfile"  # relative to the context
 
 
@@ -172,7 +178,7 @@ def infra_variables(task: LoadedTask) -> dict[str, str]:
     """The variables Harbor gives a compose file (docker.py / gke.py), as one pod reads them."""
     env = task.config.environment
     variables = {
-        "CONTEXT_DIR": ".",
+        "CONTEXT_DIR": f"{TASK_ROOT}/environment",
         "MAIN_IMAGE_NAME": f"hb__{task.short_name}",
         "PREBUILT_IMAGE_NAME": env.docker_image or "",
         "CPUS": "" if env.cpus is None else str(env.cpus),
@@ -259,6 +265,17 @@ def _sidecar_evidence_refusals(task: LoadedTask) -> list[TaskFormatError]:
     return list({str(e): e for e in errors}.values())
 
 
+def main_offline(text: bytes, variables: Mapping[str, str]) -> bool:
+    """Whether the compose file gives `main` ``network_mode: none`` (unreadable: False, the
+    file is refused on its own)."""
+    try:
+        data = yaml.safe_load(text.decode("utf-8", errors="replace"))
+        mode = data["services"]["main"]["network_mode"]
+        return interpolate(str(mode), variables) == "none"
+    except (yaml.YAMLError, TypeError, KeyError, TaskFormatError):
+        return False
+
+
 def load_compose(task: LoadedTask, variables: Mapping[str, str] | None = None
                  ) -> ComposeEnvironment | None:
     """The task's compose environment (None without one), or TaskFormatError listing every
@@ -271,8 +288,8 @@ def load_compose(task: LoadedTask, variables: Mapping[str, str] | None = None
     # environment/Dockerfile or runs [environment].docker_image: with either, a task's file
     # may name only its sidecars.
     base_main = "environment/Dockerfile" in task.files or bool(task.config.environment.docker_image)
-    return parse_compose(text.decode("utf-8", errors="replace"), values,
-                         task.tree("environment/"), base_main=base_main)
+    return parse_compose(text.decode("utf-8", errors="replace"), values, task.files,
+                         base_main=base_main)
 
 
 def _error(reason: str, field_: str | None = None) -> TaskFormatError:
@@ -280,11 +297,11 @@ def _error(reason: str, field_: str | None = None) -> TaskFormatError:
 
 
 def parse_compose(text: str, variables: Mapping[str, str],
-                  environment_files: Mapping[str, bytes] | None = None,
+                  task_files: Mapping[str, bytes] | None = None,
                   base_main: bool = False) -> ComposeEnvironment:
-    """Parse and validate a compose file (`environment_files`: the paths under environment/,
-    for build contexts and env_file; `base_main`: the task's Dockerfile or docker_image is
-    `main` when the file does not name it, as Harbor's base file does)."""
+    """Parse and validate a compose file (`task_files`: the task's paths, for build contexts
+    and env_file; `base_main`: the task's Dockerfile or docker_image is `main` when the file
+    does not name it, as Harbor's base file does)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -302,7 +319,7 @@ def parse_compose(text: str, variables: Mapping[str, str],
     named = set((data.get("volumes") or {}).keys()) if isinstance(data.get("volumes"),
                                                                    dict) else set()
     services: dict[str, Service] = {}
-    files = environment_files if environment_files is not None else {}
+    files = task_files if task_files is not None else {}
     for name, body in data["services"].items():
         where = f"services.{name}"
         try:
@@ -515,6 +532,25 @@ def _healthcheck(value: Any, where: str) -> Healthcheck | None:
     return check
 
 
+def task_path(path: str, where: str, what: str) -> str:
+    """A compose path as a task-relative one: relative to environment/ (the project directory)
+    or absolute under ``${CONTEXT_DIR}/..``; never outside the task's directory."""
+    if "://" in path:
+        raise _error(f"{what} {path!r}: a remote {what} is not supported", where)
+    if path.startswith("/"):
+        if path != TASK_ROOT and not path.startswith(TASK_ROOT + "/"):
+            raise _error(f"{what} {path!r} is outside the task's directory (write it relative "
+                         "to environment/, or under ${CONTEXT_DIR})", where)
+        full = posixpath.normpath(path).removeprefix(TASK_ROOT).lstrip("/")
+    else:
+        full = posixpath.normpath(posixpath.join("environment", path))
+    if full == "." or full == "":
+        return ""
+    if full == ".." or full.startswith("../") or full.startswith("/"):
+        raise _error(f"{what} {path!r} is outside the task's directory", where)
+    return full
+
+
 def _build(value: Any, where: str, files: Mapping[str, bytes]) -> ServiceBuild:
     if isinstance(value, str):
         value = {"context": value}
@@ -524,19 +560,18 @@ def _build(value: Any, where: str, files: Mapping[str, bytes]) -> ServiceBuild:
         if key not in ("context", "dockerfile"):
             raise _error(f"build.{key} is not supported (one build per context: bake it into "
                          "the Dockerfile)", f"{where}.{key}")
-    context = str(value.get("context", "."))
-    if "://" in context or context.startswith("/"):
-        raise _error(f"build context {context!r} must be a directory of environment/", where)
-    normalized = posixpath.normpath(posixpath.join("environment", context))
-    if normalized != "environment" and not normalized.startswith("environment/"):
-        raise _error(f"build context {context!r} is outside environment/", where)
-    directory = "" if normalized == "environment" else normalized.removeprefix("environment/")
-    dockerfile = str(value.get("dockerfile", "Dockerfile"))
+    directory = task_path(str(value.get("context", ".")), where, "build context")
     prefix = f"{directory}/" if directory else ""
-    if f"{prefix}{dockerfile}" not in files:
-        raise _error(f"environment/{prefix}{dockerfile} not found (the build's Dockerfile)",
-                     where)
-    return ServiceBuild(context=f"environment/{prefix}", dockerfile=dockerfile)
+    dockerfile = str(value.get("dockerfile", "Dockerfile"))
+    # Compose reads a relative dockerfile from the context; ${CONTEXT_DIR}/... is absolute.
+    path = (task_path(dockerfile, f"{where}.dockerfile", "dockerfile")
+            if dockerfile.startswith("/") else posixpath.normpath(prefix + dockerfile))
+    if not path.startswith(prefix):
+        raise _error(f"the Dockerfile {path} is outside the build context "
+                     f"{directory or 'the task directory'}/", f"{where}.dockerfile")
+    if path not in files:
+        raise _error(f"{path} not found (the build's Dockerfile)", where)
+    return ServiceBuild(context=prefix, dockerfile=path.removeprefix(prefix))
 
 
 def _volume(value: Any, where: str, named: set[str]) -> VolumeMount:
@@ -632,7 +667,8 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     if body.get("privileged"):
         errors.append(_error("privileged containers are not run", f"{where}.privileged"))
     mode = body.get("network_mode")
-    if mode not in (None, "bridge", "default"):
+    # main's `none` is the trial's no-network baseline (loader.offline_main_baseline).
+    if mode not in (None, "bridge", "default") and not (name == MAIN and mode == "none"):
         errors.append(_error(f"network_mode {mode!r}: all services share the trial pod's "
                              "network (its mode is [environment].network_mode)",
                              f"{where}.network_mode"))
@@ -653,11 +689,10 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     for item in [env_files] if isinstance(env_files, str | dict) else env_files:
         path = item.get("path") if isinstance(item, dict) else item
         required = item.get("required", True) if isinstance(item, dict) else True
-        full = posixpath.normpath(posixpath.join("environment", str(path)))
-        relative = full.removeprefix("environment/")
-        if relative not in files or not full.startswith("environment/"):
+        relative = task_path(str(path), f"{where}.env_file", "env_file")
+        if relative not in files:
             if required:
-                raise _error(f"env_file {path!r} not found under environment/",
+                raise _error(f"env_file {path!r} not found in the task",
                              f"{where}.env_file")
             continue
         environment.update(_env_file(files[relative].decode("utf-8", errors="replace")))

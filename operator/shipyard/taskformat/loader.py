@@ -9,6 +9,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
+from shipyard.taskformat.compose import ENVIRONMENT_COMPOSE, main_offline
 from shipyard.taskformat.environment import TaskOS
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.harborignore import apply_harborignore
@@ -66,8 +67,8 @@ class LoadedTask:
         return strip_canary(_read_text(self.files, f"steps/{step}/{INSTRUCTION_FILE}"))
 
     def tree(self, prefix: str) -> dict[str, bytes]:
-        """The files under ``prefix`` (e.g. ``"tests/"``), relative to it."""
-        return _tree(self.files, prefix.rstrip("/") + "/")
+        """The files under ``prefix`` (e.g. ``"tests/"``; ``""``: all), relative to it."""
+        return _tree(self.files, prefix.rstrip("/") + "/" if prefix else "")
 
     def verifier_environment(self, step: str | None = None) -> VerifierEnvironment | None:
         """The separate verifier's environment, None when the verifier is shared."""
@@ -152,6 +153,7 @@ def _load(raw: Mapping[str, bytes], fallback_name: str) -> LoadedTask:
         raise TaskFormatError("task configuration not found", file=CONFIG_FILE)
     config = load_task_config(_read_text(raw, CONFIG_FILE), CONFIG_FILE)
     files, excluded = apply_harborignore(raw)
+    config = offline_main_baseline(config, files)
     errors = _layout_errors(config, files, excluded)
     if errors:
         raise TaskFormatError.combine(errors)
@@ -168,6 +170,23 @@ def _load(raw: Mapping[str, bytes], fallback_name: str) -> LoadedTask:
         digest=files_digest(files),
         instruction=instruction,
     )
+
+
+def offline_main_baseline(config: TaskConfig, files: Mapping[str, bytes]) -> TaskConfig:
+    """``network_mode: none`` on the compose service `main` keeps Harbor's agent container
+    offline for the whole trial (its verifier too): in one trial pod that is the baseline
+    ``no-network`` (every service shares the pod's network). An allowlist baseline beside it is
+    contradictory and refused."""
+    text = files.get(ENVIRONMENT_COMPOSE)
+    if text is None or not main_offline(text, config.environment.env):
+        return config
+    environment = config.environment
+    if environment.network_mode == "allowlist":
+        raise TaskFormatError(
+            "network_mode 'none' on main contradicts [environment].network_mode = 'allowlist': "
+            "drop one of them", file=ENVIRONMENT_COMPOSE, field="services.main.network_mode")
+    return config.model_copy(
+        update={"environment": environment.model_copy(update={"network_mode": "no-network"})})
 
 
 def _excluded_error(path: str) -> TaskFormatError:

@@ -12,6 +12,7 @@ from shipyard.plan.images import (
     ImagesReady,
     ImagesUnavailable,
     ImagesWait,
+    context_files,
     image_needs,
     images_status,
     repository_name,
@@ -74,6 +75,20 @@ def test_no_builder_keeps_the_clear_error():
 def test_compose_is_refused():
     with pytest.raises(ImagesUnavailable, match="docker-compose"):
         image_needs(task(**{"environment/docker-compose.yaml": b"services: {}\n"}), BUILDKIT)
+
+
+def test_a_compose_build_of_main_from_the_task_directory_wins_over_environment():
+    """Harbor merges the task's compose file over its base one: main's `build` there (here the
+    task's directory, to COPY app/ beside environment/) is what is built."""
+    compose = (b"services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n"
+               b"      dockerfile: ${CONTEXT_DIR}/Dockerfile\n")
+    t = task(environment__Dockerfile=b"FROM debian:bookworm\nCOPY app/ /app/\n",
+             **{"app/data.txt": b"x\n", "environment/docker-compose.yaml": compose})
+    (need,) = image_needs(t, BUILDKIT)
+    assert (need.context_dir, need.dockerfile, need.build) == ("", "environment/Dockerfile", True)
+    files = context_files(t, need)
+    assert files["app/data.txt"] == b"x\n" and files["task.toml"].startswith(b"schema_version")
+    assert files["Dockerfile"] == files["environment/Dockerfile"]
 
 
 def test_settings_from_env():

@@ -223,11 +223,13 @@ services:
 
 
 def test_missing_main_build_context_and_verifier_compose_are_refused():
-    reasons = _reasons("services:\n  db: {build: ../outside}\n",
+    reasons = _reasons("services:\n  db: {build: ../../outside}\n"
+                       "  cache: {build: /srv/cache}\n",
                        **{"tests/docker-compose.yaml": "services: {}\n"})
     text = "\n".join(reasons)
     assert "tests/docker-compose.yaml: a separate verifier's docker-compose" in text
-    assert "build context '../outside' is outside environment/" in text
+    assert "build context '../../outside' is outside the task's directory" in text
+    assert "build context '/srv/cache' is outside the task's directory" in text
     assert "the agent's service 'main' is missing" not in text  # environment/Dockerfile is
 
 
@@ -252,6 +254,26 @@ def test_build_with_another_dockerfile_and_missing_dockerfile():
     env = load_compose(_task(compose, **{"environment/db/Other": "FROM x\n"}))
     assert env is not None and env.service("db").build == ServiceBuild("environment/db/",
                                                                        "Other")
+
+
+def test_a_build_may_take_the_task_directory_as_its_context_as_under_harbor():
+    """Harbor's CONTEXT_DIR is environment/'s absolute path: `${CONTEXT_DIR}/..` is the task's
+    directory (to COPY files beside environment/), and a dockerfile under ${CONTEXT_DIR} is
+    absolute, not relative to that context."""
+    compose = ("services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n"
+               "      dockerfile: ${CONTEXT_DIR}/Dockerfile\n"
+               "  db: {build: {context: .., dockerfile: environment/db/Dockerfile}}\n"
+               "  web: {build: '${CONTEXT_DIR}/db'}\n")
+    env = load_compose(_task(compose, **{"app/data.txt": "x\n"}))
+    assert env is not None
+    assert env.service("main").build == ServiceBuild("", "environment/Dockerfile")
+    assert env.service("db").build == ServiceBuild("", "environment/db/Dockerfile")
+    assert env.service("web").build == ServiceBuild("environment/db/", "Dockerfile")
+    outside = ("services:\n  main:\n    build: {context: db, "
+               "dockerfile: '${CONTEXT_DIR}/Dockerfile'}\n")
+    [reason] = _reasons(outside)
+    assert "the Dockerfile environment/Dockerfile is outside the build context " \
+           "environment/db/" in reason
 
 
 def test_log_variables_stand_for_the_trial_log_volumes():
@@ -302,3 +324,20 @@ def test_a_sidecar_naming_its_own_networks_is_refused_unless_the_network_is_publ
     assert "services.helper.networks" in reason and "'no-network'" in reason, reason
     files["task.toml"] = files["task.toml"].replace(b'"no-network"', b'"public"')
     assert compose_refusals(load_task_files(files, name="shop")) == []
+
+
+def test_main_without_a_network_is_the_trials_no_network_baseline():
+    """`network_mode: none` on main keeps Harbor's agent container (and so its shared verifier)
+    offline: one trial pod has one network, so the task's baseline becomes no-network."""
+    offline = "services:\n  main:\n    build: .\n    network_mode: none\n"
+    task = _task(offline)
+    assert task.config.environment.network_mode == "no-network"
+    assert compose_refusals(task) == []
+    assert _task(FULL).config.environment.network_mode == "public"
+    sidecar = "services:\n  main: {build: .}\n  db: {image: d, network_mode: none}\n"
+    [reason] = _reasons(sidecar)
+    assert "services.db.network_mode: network_mode 'none'" in reason
+    allowlist = BASE["task.toml"].replace(
+        "[environment]\n", '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["x.org"]\n')
+    with pytest.raises(TaskFormatError, match="network_mode 'none' on main contradicts"):
+        _task(offline, **{"task.toml": allowlist})
