@@ -254,3 +254,39 @@ def test_a_shared_verifiers_sidecar_hooks_run_before_it_and_its_artifacts_are_ex
     assert rows["/logs/artifacts"]["status"] in ("ok", "empty"), rows
     assert (art / "data" / "greeting").read_text() == "hello from main"
     assert "greeting" in (art / "data" / "listing").read_text()
+
+
+ROOT_CONTEXT_TASK = {
+    "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n'
+                 '[verifier]\ntimeout_sec = 60\n',
+    "instruction.md": "Write the sum of the numbers in /app/numbers.txt to /app/sum.txt.\n",
+    # The terminal-bench layout: the image COPYs app/ from beside environment/.
+    "app/numbers.txt": "2\n3\n",
+    "environment/Dockerfile": "FROM debian:bookworm\nCOPY app/ /app/\n",
+    "environment/docker-compose.yaml": (
+        "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n"
+        "      dockerfile: ${CONTEXT_DIR}/Dockerfile\n    image: ${MAIN_IMAGE_NAME}\n"
+        "    command: [sh, -c, sleep infinity]\n    network_mode: none\n"),
+    "solution/solve.sh": "#!/bin/bash\nawk '{s+=$1} END {print s}' /app/numbers.txt "
+                         "> /app/sum.txt\n",
+    # Harbor's main has no network at all: neither the agent nor the shared verifier.
+    "tests/test.sh": "#!/bin/bash\nif getent hosts kubernetes.default.svc.cluster.local; then "
+                     "echo 'the verifier resolved a name'; echo 0 > /logs/verifier/reward.txt; "
+                     "exit 0; fi\n"
+                     "[ \"$(cat /app/sum.txt 2>/dev/null)\" = 5 ] && r=1 || r=0\n"
+                     "echo $r > /logs/verifier/reward.txt\n",
+}
+
+
+def test_a_task_built_from_its_own_directory_with_an_offline_main_runs_as_under_harbor(
+        shipyard):
+    """Public terminal-bench-style tasks build main from the task's directory
+    (`context: ${CONTEXT_DIR}/..`, `dockerfile: ${CONTEXT_DIR}/Dockerfile`) to COPY app/, and
+    some cut main off the network (`network_mode: none`). Both were refused; Harbor runs them."""
+    shipyard.task("rootctx", ROOT_CONTEXT_TASK)
+    shipyard.trial("rootctx-oracle", "rootctx")
+    shipyard.trial("rootctx-nop", "rootctx", {"name": "nop"})
+    oracle = shipyard.wait("rootctx-oracle", timeout=300)
+    nop = shipyard.wait("rootctx-nop", timeout=300)
+    assert oracle["status"].get("reward") == 1.0, oracle["status"]
+    assert nop["status"].get("reward") == 0.0, nop["status"]
