@@ -56,7 +56,8 @@ ENVIRONMENT_PATTERNS = [
     (r"nvidia|CUDA|nvidia.com/gpu|google.com/tpu", "no GPU/TPU here"),
     (r"ANTHROPIC_API_KEY|OPENAI_API_KEY|API key|api_key|GEMINI_API_KEY", "no model API key"),
     (r"no stand-in|manifest unknown|not found: manifest|failed to resolve source metadata|"
-     r"pull access denied|ErrImagePull|ImagePullBackOff|failed to do request",
+     r"pull access denied|ErrImagePull|ImagePullBackOff|failed to do request|"
+     r"load metadata for \S+ failed \(\S+: not found\)",
      "a base image with no local stand-in"),
     (r"windows|Windows", "a Windows image"),
     (r"FQDN network policy backend", "no FQDN network policy backend on this cluster"),
@@ -66,6 +67,13 @@ ENVIRONMENT_PATTERNS = [
      "an environment type (machines, VMs) that a fork of Harbor adds and pods cannot be"),
 ]
 
+
+# A name the pod could not resolve: no internet, whatever else the phase did.
+NO_INTERNET = (r"Could not resolve host|Temporary failure in name resolution|"
+               r"Name or service not known")
+# A build's COPY of a path that is missing from its context.
+COPY_MISSING = re.compile(r'COPY (\S+) \S+ failed \(failed to calculate checksum of ref '
+                          r'\S+ "/?([^"]+)": not found\)')
 
 # What the runner writes into a phase's log when it ended what the phase left running.
 ISOLATION_LINE = "the phase left processes running, now ended"
@@ -220,11 +228,19 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
     if _score(oracle) != 1 and not has_solution:
         outcome.verdict, outcome.evidence = "task", "no solution/ (oracle has nothing to run)"
         return
+    lines = [*ready, *oracle.evidence, *nop.evidence, *events]
+    beside = _copied_from_beside_environment(lines, files)
+    if _score(oracle) != 1 and beside:
+        outcome.verdict = "task"
+        outcome.evidence = (f"environment/Dockerfile COPYs {beside}, which is beside "
+                            "environment/, not in it: Harbor builds from environment/ too "
+                            "(a docker-compose.yaml with context ${CONTEXT_DIR}/.. would do)")
+        return
     ended = next((ln for ln in oracle.evidence if ISOLATION_LINE in ln), None)
-    if _score(oracle) != 1 and ended:
+    offline = next((ln for ln in lines if re.search(NO_INTERNET, ln)), None)
+    if _score(oracle) != 1 and ended and not offline:
         outcome.verdict, outcome.evidence = "isolation", ended.strip()[:240]
         return
-    lines = [*ready, *oracle.evidence, *nop.evidence, *events]
     for pattern, why in ENVIRONMENT_PATTERNS:
         hit = next((ln for ln in lines if re.search(pattern, ln)), None)
         if hit:
@@ -239,6 +255,17 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
     outcome.verdict = "shipyard"
     outcome.evidence = (f"oracle {oracle.phase} reward {_score(oracle)}: "
                         f"{first or tail}")[:400]
+
+
+def _copied_from_beside_environment(lines: list[str], files: set[str]) -> str | None:
+    """The path a failed COPY wanted, when the task has it beside environment/ only."""
+    for line in lines:
+        if (hit := COPY_MISSING.search(line)) is not None:
+            path = hit.group(2).rstrip("/")
+            inside = any(f.startswith(f"environment/{path}") for f in files)
+            if not inside and any(f == path or f.startswith(f"{path}/") for f in files):
+                return f"{path}/"
+    return None
 
 
 def start_operator(kubeconfig: str, prefix: str, log: Path, ratio: str,
