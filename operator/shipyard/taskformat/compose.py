@@ -538,10 +538,11 @@ def task_path(path: str, where: str, what: str) -> str:
     if "://" in path:
         raise _error(f"{what} {path!r}: a remote {what} is not supported", where)
     if path.startswith("/"):
-        if path != TASK_ROOT and not path.startswith(TASK_ROOT + "/"):
+        absolute = posixpath.normpath(path)
+        if absolute != TASK_ROOT and not absolute.startswith(TASK_ROOT + "/"):
             raise _error(f"{what} {path!r} is outside the task's directory (write it relative "
                          "to environment/, or under ${CONTEXT_DIR})", where)
-        full = posixpath.normpath(path).removeprefix(TASK_ROOT).lstrip("/")
+        full = absolute.removeprefix(TASK_ROOT).lstrip("/")
     else:
         full = posixpath.normpath(posixpath.join("environment", path))
     if full == "." or full == "":

@@ -224,12 +224,13 @@ services:
 
 def test_missing_main_build_context_and_verifier_compose_are_refused():
     reasons = _reasons("services:\n  db: {build: ../../outside}\n"
-                       "  cache: {build: /srv/cache}\n",
+                       "  cache: {build: /srv/cache}\n  web: {build: '${CONTEXT_DIR}/../../etc'}\n",
                        **{"tests/docker-compose.yaml": "services: {}\n"})
     text = "\n".join(reasons)
     assert "tests/docker-compose.yaml: a separate verifier's docker-compose" in text
     assert "build context '../../outside' is outside the task's directory" in text
     assert "build context '/srv/cache' is outside the task's directory" in text
+    assert "build context '/harbor/environment/../../etc' is outside the task's" in text
     assert "the agent's service 'main' is missing" not in text  # environment/Dockerfile is
 
 
