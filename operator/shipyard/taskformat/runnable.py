@@ -158,7 +158,7 @@ def verdicts(task: LoadedTask, pull_secrets: bool = False) -> list[Verdict]:
     has_image = bool(env.docker_image or "environment/Dockerfile" in task.files)
     compose = any(f.startswith("environment/docker-compose") or f.startswith("environment/compose")
                   for f in task.files)
-    if not has_image and not compose and env.os != "windows" and task.tree("environment/"):
+    if not has_image and not compose and env.os != "windows":
         found.append(Verdict("environment/Dockerfile", None, "missing, and [environment]."
                              "docker_image is not set: there is no image to run (a task written "
                              "for a provider's own environment, e.g. a computer-use sandbox?): "

@@ -45,6 +45,10 @@ def test_a_task_with_an_environment_dir_but_no_image_is_noted():
     [v] = verdicts(bare)
     assert not v.refused and v.file == "environment/Dockerfile"
     assert "spec.environment.image" in v.message
+    # No environment/ at all (a task written for a fork's shared environment definition): the
+    # same note, so that lint says what a Trial of it needs, not only that nothing is there.
+    [none] = verdicts(task(HELLO_TOML.replace('docker_image = "python:3.12-slim"\n', "")))
+    assert not none.refused and "spec.environment.image" in none.message
 
 
 def test_add_of_a_host_off_the_internet_is_a_caveat_and_other_urls_are_fine():
