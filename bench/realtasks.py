@@ -142,6 +142,20 @@ class Cluster:
             return ""
         return "\n".join(v for _, v in sorted(data.items()))
 
+    def build_lines(self, ns: str) -> list[str]:
+        """Lines of the namespace's image builds that show a name not resolving: a build step
+        that swallowed its failed download (`curl … | sh`) still succeeds, and the task fails
+        later for what it did not install."""
+        out = []
+        for pod in self.core.list_namespaced_pod(ns, label_selector="job-name").items:
+            try:
+                text = self.core.read_namespaced_pod_log(pod.metadata.name, ns)
+            except Exception:
+                continue
+            out += [f"build: {ln.strip()}" for ln in text.splitlines()
+                    if re.search(NO_INTERNET, ln)][:3]
+        return out
+
     def events(self, ns: str) -> list[str]:
         return [f"{e.reason}: {e.message}" for e in self.core.list_namespaced_event(ns).items
                 if e.type == "Warning"]
@@ -205,7 +219,7 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
     task = cluster.get(ns, "tasks", name)
     ready = [f"{c.get('reason')}: {c.get('message')}" for c in
              (task.get("status") or {}).get("conditions") or [] if c.get("status") == "False"]
-    classify(outcome, loaded, ready, cluster.events(ns))
+    classify(outcome, loaded, ready, [*cluster.events(ns), *cluster.build_lines(ns)])
     outcome.seconds = time.monotonic() - began
     return outcome
 
