@@ -5,7 +5,10 @@ Harbor ignores unknown task.toml keys; only `harbor lint` names them (`unknown-c
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
+import shlex
 import tomllib
 import types
 from collections.abc import Iterator, Mapping
@@ -15,7 +18,9 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from shipyard.taskformat.artifacts import collection_set, overlap_warnings
+from shipyard.taskformat.compose import load_compose
 from shipyard.taskformat.environment import EnvironmentConfig
+from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.loader import CONFIG_FILE, INSTRUCTION_FILE, LoadedTask
 from shipyard.taskformat.models import TaskConfig, load_task_config
 
@@ -166,6 +171,7 @@ def lint_task(task: LoadedTask) -> list[LintWarning]:
                 "build or run",
             )
         )
+    warnings += _copies_from_beside_context(task)
     if not task.is_multi_step:
         if task.solution_script() is None:
             warnings.append(
@@ -191,4 +197,79 @@ def lint_task(task: LoadedTask) -> list[LintWarning]:
         LintWarning(f"steps/{name}/", None, "not declared in [[steps]], ignored")
         for name in undeclared
     ]
+    return warnings
+
+
+_COPY_LINE = re.compile(r"^[ \t]*(?:COPY|ADD)[ \t]+(.+)$", re.IGNORECASE | re.MULTILINE)
+
+
+def _builds(task: LoadedTask) -> list[tuple[str, str]]:
+    """(context, Dockerfile path) of each image the task builds for its environment."""
+    try:
+        compose = load_compose(task)
+    except TaskFormatError:
+        compose = None  # refused on its own
+    builds = []
+    main = compose.main if compose is not None else None
+    if main is not None and main.build is not None:
+        builds.append((main.build.context, main.build.context + main.build.dockerfile))
+    elif "environment/Dockerfile" in task.files:
+        builds.append(("environment/", "environment/Dockerfile"))
+    for service in compose.sidecars if compose is not None else ():
+        if service.build is not None:
+            builds.append((service.build.context,
+                           service.build.context + service.build.dockerfile))
+    return builds
+
+
+def _sources(arguments: str) -> list[str]:
+    """The local sources of a COPY/ADD line (none for `--from`, URLs and patterns)."""
+    text = arguments.strip()
+    if text.startswith("["):
+        try:
+            words = [str(w) for w in json.loads(text)]
+        except ValueError:
+            return []
+    else:
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return []
+    if any(w.startswith("--from") for w in words):
+        return []
+    words = [w for w in words if not w.startswith("--")]
+    return [w for w in words[:-1]
+            if "://" not in w and not any(c in w for c in "*?[$") and not w.startswith("<<")]
+
+
+def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
+    """A COPY of a path the build context lacks but the task has elsewhere (`app/` beside
+    environment/): the build fails, under Harbor too, which builds from environment/ unless
+    the task's compose file names another context."""
+    files = task.files
+    warnings = []
+    for context, dockerfile in _builds(task):
+        text = files.get(dockerfile, b"").decode("utf-8", errors="replace")
+        text = re.sub(r"\\\r?\n", " ", text)
+        for arguments in _COPY_LINE.findall(text):
+            for source in _sources(arguments):
+                path = posixpath.normpath(source.lstrip("/"))
+                if path in (".", "") or path.startswith(".."):
+                    continue
+                if any(f == context + path or f.startswith(f"{context}{path}/") for f in files):
+                    continue
+                beside = next((f"{d}{path}" + ("" if d + path in files else "/")
+                               for d in ("", "environment/") if d != context
+                               and any(f == d + path or f.startswith(f"{d}{path}/")
+                                       for f in files)), None)
+                if beside is None:
+                    continue
+                where = context or "the task's directory"
+                warnings.append(LintWarning(
+                    dockerfile, None,
+                    f"COPY {source}: not in the build context ({where}), but the task has "
+                    f"{beside}: the build fails, as it does under Harbor. Move it into "
+                    f"{where}, or build from the task's directory (a docker-compose.yaml "
+                    "whose main has context: ${CONTEXT_DIR}/.. and dockerfile: "
+                    "${CONTEXT_DIR}/Dockerfile)"))
     return warnings

@@ -210,3 +210,25 @@ def test_non_positive_timeouts_and_sizes_are_refused_naming_the_field(toml: str,
     assert [e.field for e in errors] == [field], errors
     assert errors[0].file == "task.toml"
     assert "greater than 0" in errors[0].reason, errors
+
+
+def test_a_copy_of_what_lies_beside_the_build_context_is_named() -> None:
+    """Terminal-bench-style tasks keep `app/` beside environment/; a Dockerfile that COPYs it
+    without a compose file widening the context fails to build (under Harbor too)."""
+    dockerfile = ("FROM debian:bookworm\nCOPY app/ /app/\nCOPY --chown=1:1 data.txt /d\n"
+                  "COPY --from=builder /out /out\nADD https://x.org/f /f\nCOPY *.py /src/\n"
+                  'COPY ["app/run.sh", "/run.sh"]\nCOPY config.yaml \\\n  /etc/c.yaml\n')
+    files = task_files(extra={"environment/Dockerfile": dockerfile, "app/run.sh": "echo\n",
+                              "environment/data.txt": "x\n", "config.yaml": "a: 1\n"})
+    assert task_warnings(files) == [
+        f"environment/Dockerfile: COPY {source}: not in the build context (environment/), but "
+        f"the task has {beside}: the build fails, as it does under Harbor. Move it into "
+        "environment/, or build from the task's directory (a docker-compose.yaml whose main "
+        "has context: ${CONTEXT_DIR}/.. and dockerfile: ${CONTEXT_DIR}/Dockerfile)"
+        for source, beside in (("app/", "app/"), ("app/run.sh", "app/run.sh"),
+                               ("config.yaml", "config.yaml"))]
+    files["environment/docker-compose.yaml"] = (
+        b"services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n"
+        b"      dockerfile: ${CONTEXT_DIR}/Dockerfile\n")
+    files["data.txt"] = b"x\n"
+    assert task_warnings(files) == []
