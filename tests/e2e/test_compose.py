@@ -26,14 +26,20 @@ def _example_files(**replace: tuple[str, str]) -> dict[str, str]:
     return files
 
 
-def test_compose_example_sidecar_holds_what_the_agent_wrote(cluster, operator, shipyard):
-    shipyard.task("notes", _example_files())
-    shipyard.trial("notes-oracle", "notes")
-    shipyard.trial("notes-nop", "notes", {"name": "nop"})
-    oracle = shipyard.wait("notes-oracle", timeout=300)
-    nop = shipyard.wait("notes-nop", timeout=300)
+def _oracle_one_nop_zero(shipyard, task: str, files: dict[str, str]) -> dict:
+    """The task pushed, its oracle trial scoring 1 and its nop trial 0; the oracle trial."""
+    shipyard.task(task, files)
+    shipyard.trial(f"{task}-oracle", task)
+    shipyard.trial(f"{task}-nop", task, {"name": "nop"})
+    oracle = shipyard.wait(f"{task}-oracle", timeout=300)
+    nop = shipyard.wait(f"{task}-nop", timeout=300)
     assert oracle["status"].get("reward") == 1.0, oracle["status"]
     assert nop["status"].get("reward") == 0.0, nop["status"]
+    return oracle
+
+
+def test_compose_example_sidecar_holds_what_the_agent_wrote(cluster, operator, shipyard):
+    oracle = _oracle_one_nop_zero(shipyard, "notes", _example_files())
     logs = shipyard.core.read_namespaced_config_map(oracle["status"]["logsConfigMap"],
                                                     shipyard.namespace)
     assert "the notes service holds: hello from main" in logs.data["verifier.log"]
@@ -60,13 +66,7 @@ def test_a_file_naming_only_its_sidecars_runs_main_from_the_tasks_image(shipyard
                            **{"task.toml": ('NOTES_PORT = "8080"\n',
                                             'NOTES_PORT = "8080"\n'
                                             'NOTES_URL = "http://notes:8080"\n')})
-    shipyard.task("sidecars-only", files)
-    shipyard.trial("sidecars-only-oracle", "sidecars-only")
-    shipyard.trial("sidecars-only-nop", "sidecars-only", {"name": "nop"})
-    oracle = shipyard.wait("sidecars-only-oracle", timeout=300)
-    nop = shipyard.wait("sidecars-only-nop", timeout=300)
-    assert oracle["status"].get("reward") == 1.0, oracle["status"]
-    assert nop["status"].get("reward") == 0.0, nop["status"]
+    _oracle_one_nop_zero(shipyard, "sidecars-only", files)
 
 
 def test_a_sidecar_that_never_becomes_healthy_fails_the_environment_naming_it(shipyard):
@@ -283,10 +283,4 @@ def test_a_task_built_from_its_own_directory_with_an_offline_main_runs_as_under_
     """Public terminal-bench-style tasks build main from the task's directory
     (`context: ${CONTEXT_DIR}/..`, `dockerfile: ${CONTEXT_DIR}/Dockerfile`) to COPY app/, and
     some cut main off the network (`network_mode: none`). Both were refused; Harbor runs them."""
-    shipyard.task("rootctx", ROOT_CONTEXT_TASK)
-    shipyard.trial("rootctx-oracle", "rootctx")
-    shipyard.trial("rootctx-nop", "rootctx", {"name": "nop"})
-    oracle = shipyard.wait("rootctx-oracle", timeout=300)
-    nop = shipyard.wait("rootctx-nop", timeout=300)
-    assert oracle["status"].get("reward") == 1.0, oracle["status"]
-    assert nop["status"].get("reward") == 0.0, nop["status"]
+    _oracle_one_nop_zero(shipyard, "rootctx", ROOT_CONTEXT_TASK)
