@@ -322,6 +322,47 @@ def test_a_gzip_bomb_task_bundle_is_refused_with_the_operator_s_memory_bounded(
     assert grown < 100 * 1024, f"the operator's RSS grew by {grown} KiB"
 
 
+def test_task_documents_that_never_end_are_refused_while_the_operator_goes_on(
+        operator, shipyard):
+    """Class 5, a malicious task's documents: a compose file of nine levels of nine YAML
+    aliases (600 bytes, a billion values for whatever walks it: it used to hang the Task's
+    check and each trial's load, a CPU-bound thread each), an alias inside itself, and a
+    task.toml nested 3,000 deep (a RecursionError). Each Task is refused naming its file and
+    the reason, its Trial fails TaskInvalid, and a plain trial beside them scores 1."""
+    from tests.unit.taskformat.test_documents import laughs
+
+    base = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+            "instruction.md": "Nothing.\n",
+            "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+            "solution/solve.sh": "#!/bin/bash\ntrue\n"}
+    bad = {
+        "laughs": ({"environment/docker-compose.yaml": laughs()},
+                   "environment/docker-compose.yaml: expands to more than 100,000 values"),
+        "itself": ({"environment/docker-compose.yaml":
+                    "x: &a [1, *a]\nservices:\n  main:\n    image: busybox\n"},
+                   "environment/docker-compose.yaml: an alias refers to a value that contains"),
+        "deep": ({"task.toml": base["task.toml"] + "[metadata]\nx = " + "[" * 3000
+                  + "]" * 3000 + "\n"}, "task.toml: nested more than 64 levels deep"),
+    }
+    started = time.monotonic()
+    for name, (files, _) in bad.items():
+        shipyard.task(name, {**base, **files})
+        shipyard.trial(f"{name}-oracle", name)
+    shipyard.task("plain", base)
+    shipyard.trial("plain-oracle", "plain")
+    for name, (_, words) in bad.items():
+        ready = condition(shipyard.wait_task(name), "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "TaskInvalid"), ready
+        assert words in ready["message"], ready
+        trial = shipyard.wait(f"{name}-oracle", timeout=60)
+        failed = condition(trial, "Failed")
+        assert failed["reason"] == "TaskInvalid" and words in failed["message"], failed
+    plain = shipyard.wait("plain-oracle", timeout=120)
+    assert plain["status"].get("reward") == 1, brief(plain["status"])
+    assert time.monotonic() - started < 120
+
+
 def test_a_shared_verifier_finds_no_secret_in_the_files_the_agent_left(shipyard):
     """Class 3: an agent (root, then as nobody) writes its key into files under /logs/agent
     (printenv, base64); a shared verifier that searches /logs for it finds nothing, and the

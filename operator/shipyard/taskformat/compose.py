@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
+from shipyard.taskformat.documents import load_yaml
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.resolve import step_settings
 
@@ -269,10 +268,10 @@ def main_offline(text: bytes, variables: Mapping[str, str]) -> bool:
     """Whether the compose file gives `main` ``network_mode: none`` (unreadable: False, the
     file is refused on its own)."""
     try:
-        data = yaml.safe_load(text.decode("utf-8", errors="replace"))
+        data = load_yaml(text.decode("utf-8", errors="replace"), ENVIRONMENT_COMPOSE)
         mode = data["services"]["main"]["network_mode"]
         return interpolate(str(mode), variables) == "none"
-    except (yaml.YAMLError, TypeError, KeyError, TaskFormatError):
+    except (TypeError, KeyError, TaskFormatError):
         return False
 
 
@@ -302,10 +301,7 @@ def parse_compose(text: str, variables: Mapping[str, str],
     """Parse and validate a compose file (`task_files`: the task's paths, for build contexts
     and env_file; `base_main`: the task's Dockerfile or docker_image is `main` when the file
     does not name it, as Harbor's base file does)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise _error(f"not valid YAML: {e}") from None
+    data = load_yaml(text, ENVIRONMENT_COMPOSE)
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise _error("a 'services' mapping is required")
     errors: list[TaskFormatError] = []

@@ -9,7 +9,6 @@ import json
 import posixpath
 import re
 import shlex
-import tomllib
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from shipyard.taskformat.compose import load_compose
 from shipyard.taskformat.environment import EnvironmentConfig
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.loader import CONFIG_FILE, INSTRUCTION_FILE, LoadedTask
-from shipyard.taskformat.models import TaskConfig, load_task_config
+from shipyard.taskformat.models import TaskConfig, load_task_config, parse_toml
 
 _DEPRECATED: dict[type[BaseModel], dict[str, str]] = {
     TaskConfig: {"version": "'version' is the legacy name of 'schema_version'."},
@@ -138,7 +137,7 @@ def _artifact_overlaps(config: TaskConfig) -> list[str]:
 def lint_config(text: str, file: str = CONFIG_FILE) -> list[LintWarning]:
     """Validate task.toml text (raising `TaskFormatError`) and return its warnings."""
     config = load_task_config(text, file)
-    return _key_warnings(tomllib.loads(text), file) + _config_warnings(config, file)
+    return _key_warnings(parse_toml(text, file), file) + _config_warnings(config, file)
 
 
 _REWARDS_TYPO = re.compile(rb"\brewards\.json\b")
@@ -150,7 +149,7 @@ def lint_task(task: LoadedTask) -> list[LintWarning]:
     """All warnings about a loaded task: its task.toml, then its files."""
     config = task.config
     text = task.files[CONFIG_FILE].decode("utf-8")
-    warnings = _key_warnings(tomllib.loads(text), CONFIG_FILE)
+    warnings = _key_warnings(parse_toml(text, CONFIG_FILE), CONFIG_FILE)
     warnings += _config_warnings(config, CONFIG_FILE)
     for path, content in sorted(task.files.items()):
         if _TESTS.match(path) and _REWARDS_TYPO.search(content):

@@ -7,7 +7,6 @@ Field order follows Harbor's, so that dumps compare key by key.
 from __future__ import annotations
 
 import re
-import tomllib
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -28,6 +27,7 @@ from shipyard.taskformat.artifacts import (
     check_artifact_source,
     validate_compose_service,
 )
+from shipyard.taskformat.documents import load_toml
 from shipyard.taskformat.environment import (
     EnvironmentConfig,
     HealthcheckConfig,
@@ -36,7 +36,6 @@ from shipyard.taskformat.environment import (
 )
 from shipyard.taskformat.errors import (
     FieldValueError,
-    TaskFormatError,
     from_validation_error,
     union_tag,
 )
@@ -248,10 +247,7 @@ class TaskConfig(BaseModel):
 
 
 def parse_toml(text: str, file: str = "task.toml") -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TaskFormatError(f"invalid TOML: {exc}", file=file) from None
+    return load_toml(text, file)
 
 
 def load_task_config(text: str, file: str = "task.toml") -> TaskConfig:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from shipyard.taskformat.errors import TaskFormatError
 from shipyard.taskformat.loader import CONFIG_FILE, LoadedTask
+from shipyard.taskformat.models import parse_toml
 from shipyard.taskformat.netplan import resolve_network_plan
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
@@ -132,11 +133,9 @@ def _dockerfiles(task: LoadedTask) -> dict[str, str]:
 
 
 def _extra_type(task: LoadedTask) -> str | None:
-    import tomllib
-
     try:
-        data = tomllib.loads(task.files[CONFIG_FILE].decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError):
+        data = parse_toml(task.files[CONFIG_FILE].decode("utf-8"))
+    except (TaskFormatError, UnicodeDecodeError, KeyError):
         return None
     value = (data.get("environment") or {}).get("type")
     return str(value) if value is not None else None
