@@ -200,20 +200,23 @@ def lock() -> None:
 
     from packaging.requirements import Requirement
 
-    environment = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64",
-                   "extra": ""}
+    environment = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
     pins: dict[str, str] = {}
-    todo = ["shipyard"]
+    todo: list[tuple[str, frozenset[str]]] = [("shipyard", frozenset())]
+    seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        dist = distribution(todo.pop())
+        wanted, extras = todo.pop()
+        dist = distribution(wanted)
         name = dist.metadata["Name"].lower().replace("_", "-")
-        if name in pins:
+        if (name, extras) in seen:
             continue
+        seen.add((name, extras))
         pins[name] = dist.version
         for spec in dist.requires or []:
-            req = Requirement(spec)
-            if req.marker is None or req.marker.evaluate(environment):
-                todo.append(req.name)
+            req = Requirement(spec)  # a dependency's extras (pathspec[re2]) pull theirs in
+            if req.marker is None or any(req.marker.evaluate({**environment, "extra": extra})
+                                         for extra in {"", *extras}):
+                todo.append((req.name, frozenset(req.extras)))
     pins.pop("shipyard")
     CONSTRAINTS.parent.mkdir(parents=True, exist_ok=True)
     CONSTRAINTS.write_text(

@@ -327,8 +327,10 @@ def test_task_documents_that_never_end_are_refused_while_the_operator_goes_on(
     """Class 5, a malicious task's documents: a compose file of nine levels of nine YAML
     aliases (600 bytes, a billion values for whatever walks it: it used to hang the Task's
     check and each trial's load, a CPU-bound thread each), an alias inside itself, and a
-    task.toml nested 3,000 deep (a RecursionError). Each Task is refused naming its file and
-    the reason, its Trial fails TaskInvalid, and a plain trial beside them scores 1."""
+    task.toml nested 3,000 deep (a RecursionError), a .harborignore with a bad range (a
+    traceback). Each Task is refused naming its file and the reason, its Trial fails
+    TaskInvalid, and a plain trial beside them scores 1, its .harborignore's pattern that
+    backtracks (`*a` twelve times: 200 s with Python's `re`) matched at once."""
     from tests.unit.taskformat.test_documents import laughs
 
     base = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
@@ -344,12 +346,16 @@ def test_task_documents_that_never_end_are_refused_while_the_operator_goes_on(
                    "environment/docker-compose.yaml: an alias refers to a value that contains"),
         "deep": ({"task.toml": base["task.toml"] + "[metadata]\nx = " + "[" * 3000
                   + "]" * 3000 + "\n"}, "task.toml: nested more than 64 levels deep"),
+        "range": ({"tests/.harborignore": "[z-a]\n"},
+                  "tests/.harborignore: its patterns cannot be matched: bad character range"),
     }
     started = time.monotonic()
     for name, (files, _) in bad.items():
         shipyard.task(name, {**base, **files})
         shipyard.trial(f"{name}-oracle", name)
-    shipyard.task("plain", base)
+    # A pattern that backtracks (200 s with Python's re against this name): matched by RE2.
+    shipyard.task("plain", {**base, "tests/.harborignore": "*a" * 12 + "c\n",
+                            f"tests/{'a' * 200}": "kept\n"})
     shipyard.trial("plain-oracle", "plain")
     for name, (_, words) in bad.items():
         ready = condition(shipyard.wait_task(name), "Ready")

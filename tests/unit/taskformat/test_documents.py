@@ -105,3 +105,29 @@ def test_shared_subtrees_are_sized_once_and_counted_at_each_use():
     check_shape({"a": [leaf] * 99}, "f")  # 99,100 values once expanded: within bounds
     with pytest.raises(TaskFormatError, match="more than 100,000"):
         check_shape({"a": [leaf] * 101}, "f")
+
+
+def _with_ignore(ignore: str, *names: str) -> dict[str, bytes]:
+    files = dict(FILES, **{"tests/.harborignore": ignore, "solution/solve.sh": "#!/bin/sh\n"})
+    files.update({f"tests/{name}": "x" for name in names})
+    return {k: v.encode() for k, v in files.items()}
+
+
+def test_a_harborignore_pattern_that_backtracks_is_matched_in_linear_time():
+    """`*a*a*a*a*a*a*a*a*a*a*a*a*c` against a name of a's: 200 s with Python's `re`."""
+    name = "a" * 200
+    started = time.monotonic()
+    task = load_task_files(_with_ignore("*a" * 12 + "c\n*.tmp\n", name, "x.tmp"), name="t")
+    assert time.monotonic() - started < 2
+    assert f"tests/{name}" in task.files and "tests/x.tmp" not in task.files
+
+
+@pytest.mark.parametrize("ignore,words", [
+    ("[z-a]\n", "its patterns cannot be matched: bad character range z-a"),
+    ("".join(f"p{i}\n" for i in range(1001)), "have more than 1,000 patterns in all"),
+    ("#" * 70_000 + "\n", "is 70,001 bytes: more than the 65,536"),
+])
+def test_a_harborignore_that_cannot_be_matched_is_refused_naming_it(ignore, words):
+    with pytest.raises(TaskFormatError) as raised:
+        load_task_files(_with_ignore(ignore), name="t")
+    assert words in str(raised.value) and raised.value.errors[0].file == "tests/.harborignore"
