@@ -189,9 +189,10 @@ def test_artifacts_over_the_limit_reach_no_verifier_and_say_why(shipyard):
 
 
 def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
-    """Class 6, a malicious task: an integer too large for a float in reward.json, and a
-    multi-step trial whose logs (3 steps x agent and verifier, 600 KB each) are over 1 MiB
-    in all. Both end, with a reason, and leave no pod running."""
+    """Class 6, a malicious task: an integer too large for a float in reward.json, a
+    reward.json nested 100,000 deep, and a multi-step trial whose logs (3 steps x agent and
+    verifier, 600 KB each) are over 1 MiB in all. Each ends, with a reason, and leaves no pod
+    running."""
     big_int = "1" + "0" * 400
     huge = {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
@@ -201,6 +202,11 @@ def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
                          "/logs/verifier/reward.json\n",
     }
     shipyard.task("huge-int", huge)
+    # reward.json nested 100,000 deep: a RecursionError in the operator's parse, before
+    nested = ("{ printf '{\"reward\":'; printf '[%.0s' $(seq 100000); printf ']%.0s' "
+              "$(seq 100000); printf '}'; } > /logs/verifier/reward.json\n")
+    shipyard.task("nested", {**huge, "tests/test.sh": "#!/bin/bash\n" + nested})
+    shipyard.trial("nested-nop", "nested", {"name": "nop"})
     steps = "".join(f'[[steps]]\nname = "s{i}"\n[steps.agent]\ntimeout_sec = 60.0\n'
                     for i in range(3))
     chatty = {"task.toml": (f'schema_version = "1.4"\n[verifier]\ntimeout_sec = 60\n'
@@ -218,13 +224,17 @@ def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
     cond = condition(huge_trial, "Failed")
     assert cond is not None and cond["reason"] == "RewardFileInvalid", brief(huge_trial["status"])
     assert "beyond 64 bits" in cond["message"], cond
+    nested_trial = shipyard.wait("nested-nop", timeout=120)
+    cond = condition(nested_trial, "Failed")
+    assert cond is not None and cond["reason"] == "RewardFileInvalid", brief(nested_trial["status"])
+    assert "nested too deeply" in cond["message"], cond
     chatty_trial = shipyard.wait("chatty-cmd", timeout=240)
     assert chatty_trial["status"]["phase"] == "Completed", brief(chatty_trial["status"])
     assert chatty_trial["status"]["rewards"] == {"reward": 1}
     logs = shipyard.core.read_namespaced_config_map(chatty_trial["status"]["logsConfigMap"],
                                                     shipyard.namespace).data
     assert len(logs) == 6 and all("truncated by shipyard" in v for v in logs.values()), list(logs)
-    for name in ("huge-int-nop", "chatty-cmd"):
+    for name in ("huge-int-nop", "nested-nop", "chatty-cmd"):
         assert no_pod_left(shipyard, name), name
 
 

@@ -165,7 +165,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             continue
         try:
             value = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # the agent's output: nested or not JSON
             continue
         if isinstance(value, dict):
             events.append(value)

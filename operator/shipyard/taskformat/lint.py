@@ -227,7 +227,7 @@ def _sources(arguments: str) -> list[str]:
     if text.startswith("["):
         try:
             words = [str(w) for w in json.loads(text)]
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
     else:
         try:

@@ -58,6 +58,9 @@ def _parse_json(content: bytes) -> dict[str, float | int]:
         data = json.loads(content)
     except ValueError:  # also covers invalid UTF-8
         raise RewardFileInvalid(f"Failed to parse rewards from JSON file {REWARD_JSON}") from None
+    except RecursionError:  # the task's file: nested thousands deep
+        raise RewardFileInvalid(f"Rewards in JSON file {REWARD_JSON} are nested too deeply to "
+                                "parse") from None
     if not isinstance(data, dict):
         raise RewardFileInvalid(
             f"Rewards in JSON file {REWARD_JSON} must be an object mapping names to numbers"

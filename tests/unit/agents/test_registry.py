@@ -73,3 +73,10 @@ def test_the_bundle_builder_reads_the_registry() -> None:
                 for n, a in REGISTRY.items() if a.bundle is not None}
     assert {tuple(line.split()) for line in out.splitlines()} == declared
     assert declared  # claude-code, codex and gemini-cli have bundles
+
+
+def test_an_agent_line_nested_thousands_deep_is_skipped_not_a_recursion_error():
+    from shipyard.agents.base import json_lines
+
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000
+    assert json_lines(f'{deep}\n{{"usage": 1}}\n') == [{"usage": 1}]

@@ -143,3 +143,9 @@ def test_min_reward_per_key_and_missing_keys():
     assert below_min_reward({"reward": 0.5}, 0.5) is None
     assert below_min_reward({"reward": 0.4}, 0.5) == "reward 0.4 < min_reward 0.5"
     assert below_min_reward({"a": 1.0}, {"a": 1.0, "b": 0.0}) == "b missing < min_reward 0"
+
+
+def test_a_reward_json_nested_thousands_deep_is_invalid_not_a_recursion_error() -> None:
+    deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+    with pytest.raises(RewardFileInvalid, match="nested too deeply"):
+        parse_rewards(deep, None)
