@@ -544,3 +544,33 @@ def test_a_sweep_deleted_and_applied_again_at_once_runs_each_trial_again_in_its_
     check_plan_ran_once(sweep, trials, ["ra"])
     for trial in trials:
         assert [o["uid"] for o in trial["metadata"]["ownerReferences"]] == [uid]
+
+
+def test_a_sweep_too_large_to_plan_is_refused_with_the_operator_s_memory_bounded(
+        shipyard, operator, custom_objects) -> None:
+    """Bad input, a Sweep: `attempts: 1000000000` used to be expanded slot by slot in the
+    operator (its memory grew by 340 MB in 20 s, to the OOM kill). The apiserver now refuses
+    it (the CRD's maximum); 100,000 attempts of two agents (200,000 trials) fail the Sweep
+    `TooManyTrials` saying so, with no Trial created and the operator's memory as it was."""
+    from kubernetes.client.rest import ApiException
+
+    from tests.e2e.test_trust import _rss_kib
+
+    ns = shipyard.namespace
+    custom_objects.create_namespaced_custom_object(GROUP, VERSION, ns, "tasks",
+                                                   inline_task("big"))
+    with pytest.raises(ApiException) as refused:
+        create_sweep(custom_objects, ns, "absurd", tasks={"names": ["big"]},
+                     agents=[{"name": "nop"}], attempts=10**9)
+    assert refused.value.status == 422 and "spec.attempts" in refused.value.body
+    assert operator.proc is not None
+    before = _rss_kib(operator.proc.pid)
+    create_sweep(custom_objects, ns, "huge", tasks={"names": ["big"]},
+                 agents=[{"name": "nop"}, {"name": "oracle"}], attempts=100_000)
+    sweep = wait_sweep(custom_objects, ns, "huge", lambda s: cond(s, "Failed"), timeout=60)
+    failed = cond(sweep, "Failed")
+    assert failed["reason"] == "TooManyTrials", failed
+    assert "is 200,000 trials: more than the 100,000 one Sweep may plan" in failed["message"]
+    time.sleep(5)
+    assert sweep_trials(custom_objects, ns, "huge") == []
+    assert _rss_kib(operator.proc.pid) - before < 50 * 1024

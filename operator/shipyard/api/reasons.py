@@ -71,6 +71,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     DUPLICATE_AGENTS = "DuplicateAgents"
     NO_TASKS = "NoTasks"
+    TOO_MANY_TRIALS = "TooManyTrials"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     READY = "Ready"
@@ -125,6 +126,7 @@ REASONS_FAILED = frozenset({
 """The reasons a Trial's `Failed` condition may carry."""
 SWEEP_REASONS = frozenset({
     Reason.ALL_TRIALS_FINISHED, Reason.INVALID_SPEC, Reason.DUPLICATE_AGENTS, Reason.NO_TASKS,
+    Reason.TOO_MANY_TRIALS,
     Reason.SUSPENDED, Reason.RESUMED, Reason.READY, Reason.WAITING_FOR_TASKS,
     Reason.TASK_INVALID, Reason.TASK_NOT_FOUND,
 })

@@ -62,10 +62,15 @@ class MetricSpec(Model):
     type: MetricType = "mean"
 
 
+MAX_TRIALS = 100_000
+"""Trials one Sweep may plan (attempts x tasks x agents): its slots are held in the operator's
+memory and walked on every pass. Past it the Sweep fails `TooManyTrials`, creating none."""
+
+
 class SweepSpec(Model):
     tasks: SweepTasks
-    agents: list[SweepAgent] = Field(min_length=1)
-    attempts: int = Field(default=1, ge=1, description="Trials per task and agent.")
+    agents: list[SweepAgent] = Field(min_length=1, max_length=1000)
+    attempts: int = Field(default=1, ge=1, le=MAX_TRIALS, description="Trials per task and agent.")
     dataset: str | None = Field(
         default=None, description="Dataset name in the eval keys (Harbor's trial source); "
         "default: the Sweep's name.")

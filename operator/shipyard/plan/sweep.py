@@ -23,7 +23,7 @@ from shipyard.api.conventions import (
     sweep_trial_name,
 )
 from shipyard.api.models import API_VERSION
-from shipyard.api.sweep import SweepAgent, SweepSpec
+from shipyard.api.sweep import MAX_TRIALS, SweepAgent, SweepSpec
 from shipyard.plan.agents import bare_model
 
 
@@ -58,8 +58,21 @@ class Slot:
         return (self.task, self.agent_key, self.attempt)
 
 
+def oversized(n_tasks: int, spec: SweepSpec) -> str | None:
+    """Why the plan is too large to hold (None: it is not)."""
+    planned = spec.attempts * n_tasks * len(spec.agents)
+    if planned <= MAX_TRIALS:
+        return None
+    return (f"spec: {spec.attempts:,} attempts x {n_tasks:,} tasks x {len(spec.agents):,} "
+            f"agents is {planned:,} trials: more than the {MAX_TRIALS:,} one Sweep may plan; "
+            "split it into several Sweeps")
+
+
 def expand(tasks: Sequence[str], spec: SweepSpec) -> list[Slot]:
-    """Harbor's order: `for attempt in attempts for task in tasks for agent in agents`."""
+    """Harbor's order: `for attempt in attempts for task in tasks for agent in agents`. An
+    oversized plan has no slots (`oversized` says why)."""
+    if oversized(len(tasks), spec):
+        return []
     keys = [agent_key(a) for a in spec.agents]
     slots = []
     for attempt in range(1, spec.attempts + 1):

@@ -33,6 +33,7 @@ from shipyard.plan.sweep import (
     dataset_name,
     duplicate_agents,
     eval_key,
+    oversized,
     trial_name,
 )
 from shipyard.reconcile.harbor_outcome import exception_info, exception_type
@@ -423,6 +424,8 @@ def sweep_status(sweep: Mapping[str, Any], spec: SweepSpec, tasks: Sequence[Task
         problem = (Reason.DUPLICATE_AGENTS, "spec.agents: the same agent and model appear "
                    f"more than once ({', '.join(duplicate_agents(spec))}); give each a "
                    "different model")
+    elif oversized(len(tasks), spec):
+        problem = (Reason.TOO_MANY_TRIALS, oversized(len(tasks), spec) or "")
     elif not tasks:
         problem = (Reason.NO_TASKS, "spec.tasks selects no Task (names "
                    f"{spec.tasks.names or '[]'}, selector "

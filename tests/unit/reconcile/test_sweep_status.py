@@ -194,6 +194,29 @@ def test_empty_selection_and_duplicate_agents_fail_the_sweep() -> None:
     assert admit(spec, slots, ready("a"), []) == []
 
 
+def test_a_plan_over_the_limit_holds_no_slot_and_fails_the_sweep_saying_why() -> None:
+    """attempts: 1,000,000,000 used to be expanded slot by slot: the operator's memory grew
+    by 340 MB in 20 s until it was killed."""
+    import time
+
+    from shipyard.api.sweep import MAX_TRIALS
+
+    with pytest.raises(ValueError, match="less than or equal to 100000"):
+        make_spec(attempts=10**9)
+    spec = make_spec(attempts=MAX_TRIALS)  # x 2 tasks x 2 agents
+    names = ready("a", "b")
+    started = time.monotonic()
+    slots = expand(["a", "b"], spec)
+    assert slots == [] and time.monotonic() - started < 0.1
+    status = sweep_status(sweep_of(spec), spec, names, slots, [], NOW)
+    failed = next(c for c in status.conditions if c.type == "Failed")
+    assert failed.reason == "TooManyTrials"
+    assert "100,000 attempts x 2 tasks x 2 agents is 400,000 trials: more than the 100,000" \
+        in failed.message
+    assert admit(spec, slots, names, []) == []
+    assert len(expand(["a", "b"], make_spec(attempts=MAX_TRIALS // 4))) == MAX_TRIALS
+
+
 def test_selector_and_names_resolve_in_order() -> None:
     spec = make_spec(tasks={"names": ["z"], "selector": {
         "matchLabels": {"ds": "x"},
