@@ -238,6 +238,33 @@ def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
         assert no_pod_left(shipyard, name), name
 
 
+def test_timeouts_past_a_year_are_held_as_a_year_and_the_trial_runs(shipyard):
+    """Bad input, numbers: every timeout of a task at 1e308 seconds and a billion-billion
+    healthcheck retries (the runner refused the healthcheck: `cannot unmarshal number … into
+    Go struct field op.timeout of type int`, HealthcheckFailed), and a Trial's
+    `timeoutMultiplier: 1e308` (an OverflowError in the operator, retried five times, then
+    EnvironmentSetupFailed). Both now run as Harbor would, to reward 1."""
+    huge = {
+        "task.toml": (
+            f'schema_version = "1.4"\n[agent]\ntimeout_sec = 1e308\n[verifier]\n'
+            f'timeout_sec = 1e308\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+            "build_timeout_sec = 1e308\n[environment.healthcheck]\ncommand = \"true\"\n"
+            "interval_sec = 1e308\ntimeout_sec = 1e308\nstart_period_sec = 1e308\n"
+            f"start_interval_sec = 1e308\nretries = {10**30}\n"),
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        "solution/solve.sh": "#!/bin/bash\ntrue\n",
+    }
+    shipyard.task("huge-timeouts", huge)
+    shipyard.task("plain-timeouts", {**huge, "task.toml": (
+        f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n')})
+    shipyard.trial("huge-timeouts-oracle", "huge-timeouts")
+    shipyard.trial("huge-multiplier", "plain-timeouts", timeoutMultiplier=1e308)
+    for name in ("huge-timeouts-oracle", "huge-multiplier"):
+        trial = shipyard.wait(name, timeout=120)
+        assert trial["status"].get("reward") == 1, (name, brief(trial["status"]))
+
+
 def no_pod_left(shipyard, trial: str, timeout: float = 30) -> bool:
     """Within `timeout`, the trial's pods are all gone or going."""
     deadline = time.monotonic() + timeout

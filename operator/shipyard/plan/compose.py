@@ -29,6 +29,7 @@ from shipyard.taskformat.compose import (
     Healthcheck,
     Service,
 )
+from shipyard.taskformat.resolve import held
 
 VOLUME_PREFIX = "compose-"
 SIDECAR_CAPABILITIES = (*sorted(ALLOWED_CAPABILITIES), "AUDIT_WRITE")
@@ -101,10 +102,16 @@ def service_log_key(name: str) -> str:
 
 
 def startup_probe(check: Healthcheck) -> StartupProbe:
-    period = max(1, math.ceil(check.interval_sec))
-    grace = math.ceil(check.start_period_sec / period) if check.start_period_sec else 0
-    return StartupProbe(check.command, period, max(1, math.ceil(check.timeout_sec)),
-                        check.retries + grace)
+    """A compose healthcheck as a startup probe; Kubernetes' probe fields are int32, so a
+    `1000000000h` interval or a billion retries is held within them."""
+    period = _int32(max(1, math.ceil(held(check.interval_sec))))
+    grace = math.ceil(held(check.start_period_sec) / period) if check.start_period_sec else 0
+    return StartupProbe(check.command, period, _int32(max(1, math.ceil(held(check.timeout_sec)))),
+                        _int32(check.retries + grace))
+
+
+def _int32(value: int) -> int:
+    return min(value, 2**31 - 1)
 
 
 def volume_name(kind: str, name: str) -> str:

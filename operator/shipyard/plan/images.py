@@ -24,6 +24,7 @@ from shipyard.api.reasons import Reason
 from shipyard.taskformat import LoadedTask, TaskFormatError
 from shipyard.taskformat.compose import ComposeEnvironment, load_compose
 from shipyard.taskformat.content_hash import environment_content_hash
+from shipyard.taskformat.resolve import held
 
 ROLE_ENVIRONMENT = "environment"
 ROLE_VERIFIER = "verifier"
@@ -231,6 +232,7 @@ def _build_need(task: LoadedTask, role: str, context_dir: str, docker_image: str
             f"Dockerfile: configure one (the chart's builds.*; an operator run by hand against "
             f"the local cluster takes its builder from the cluster), or build and push the "
             f"image, then set {what}")
+    timeout_sec = held(timeout_sec)
     need = ImageNeed(role, context_dir, "", None, True, timeout_sec, dockerfile)
     digest = environment_content_hash(context_files(task, need),
                                       dir_name=context_dir.rstrip("/").split("/")[-1],

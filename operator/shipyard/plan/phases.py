@@ -74,6 +74,7 @@ from shipyard.taskformat import (
     step_settings,
 )
 from shipyard.taskformat.compose import MAIN, ComposeEnvironment, load_compose
+from shipyard.taskformat.resolve import held
 
 PhaseKind = Literal[
     "environment", "healthcheck", "setup", "agent", "collect", "verifier-environment",
@@ -417,9 +418,8 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         )
         previous_shared = step_plan.verifier_mode == "shared"
     keep = spec.verifier.agent_processes == "Keep"
-    start_timeout = (spec.environment.build_timeout_sec or env_config.build_timeout_sec) * (
-        spec.timeout_multiplier
-    )
+    start_timeout = held((spec.environment.build_timeout_sec or env_config.build_timeout_sec)
+                         * spec.timeout_multiplier)
     plan = TrialPlan(
         environment=environment,
         start_timeout_sec=start_timeout,
@@ -660,8 +660,12 @@ def environment_phase(task: LoadedTask, workdir: str | None) -> PhaseSpec:
 def healthcheck_phase(check: HealthcheckConfig, step: str | None, user: str | None,
                       id_: str) -> PhaseSpec:
     """Harbor's healthcheck loop, run inside the pod."""
+    held_check = check.model_copy(update={
+        "retries": min(check.retries, 2**31 - 1),  # the runner's ints; a year of retries
+        **{name: held(getattr(check, name))
+           for name in ("interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec")}})
     return PhaseSpec(name="healthcheck", id=id_, step=step, user=user,
-                     script=HealthcheckScript(check))
+                     script=HealthcheckScript(held_check))
 
 
 def setup_phase(task: LoadedTask, step: str, index: int, user: str | None,

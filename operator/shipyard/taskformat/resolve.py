@@ -95,6 +95,18 @@ def resolve_verifier_environment(
     return VerifierEnvironment(definition, "environment/", False, inherits)
 
 
+MAX_TIMEOUT_SEC = 365 * 24 * 3600.0
+"""The longest timeout Shipyard holds: a year is beyond any trial, and what the task or a
+multiplier asks beyond it (``timeout_sec = 1e308``, ``timeoutMultiplier: 1e308``) is held as a
+year, so every timeout stays a finite whole number of seconds for the runner, Go and
+Kubernetes' int64 fields. Harbor's own asyncio waits take any float."""
+
+
+def held(seconds: float) -> float:
+    """`seconds`, at most MAX_TIMEOUT_SEC."""
+    return min(seconds, MAX_TIMEOUT_SEC)
+
+
 def effective_timeout(
     base: float | None,
     *,
@@ -109,7 +121,7 @@ def effective_timeout(
     timeout = override or base
     if timeout is None:
         return None
-    return min(timeout, max_timeout or math.inf) * multiplier
+    return held(min(timeout, max_timeout or math.inf) * multiplier)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,13 @@ def test_startup_probe_counts_the_start_period():
         ("true",), 2, 1, 3 + 5)
 
 
+def test_startup_probe_holds_huge_durations_and_retries_within_int32():
+    """`interval: 1000000000h` and a billion-billion retries: Kubernetes' probe fields are
+    int32, and the pod would be refused."""
+    probe = startup_probe(Healthcheck(("true",), 3.6e12, 3.6e12, 10**18, 3.6e12))
+    assert probe == StartupProbe(("true",), 365 * 86400, 365 * 86400, 2**31 - 1)
+
+
 def test_log_binds_are_shared_with_main_and_one_shot_services_complete():
     compose = """\
 services:

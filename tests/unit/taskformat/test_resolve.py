@@ -178,6 +178,9 @@ class TestEffectiveTimeout:
             ({"base": 600.0, "max_timeout": 300.0, "multiplier": 0.5}, 150.0),
             ({"base": 100.0, "override": 900.0, "max_timeout": 300.0, "multiplier": 2}, 600.0),
             ({"base": None, "max_timeout": 300.0}, None),
+            # held as a year: 1e308 seconds, or times 1e308, overflowed every int downstream
+            ({"base": 1e308}, 365 * 86400.0),
+            ({"base": 600.0, "multiplier": 1e308}, 365 * 86400.0),
         ],
     )
     def test_formula(self, kwargs: dict, expected: float | None) -> None:
