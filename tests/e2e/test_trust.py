@@ -5,6 +5,7 @@ real test."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import time
@@ -265,6 +266,24 @@ def test_timeouts_past_a_year_are_held_as_a_year_and_the_trial_runs(shipyard):
         assert trial["status"].get("reward") == 1, (name, brief(trial["status"]))
 
 
+def test_a_container_that_cannot_start_says_why(shipyard):
+    """Failures explained: a task whose workdir is a file. The container cannot start, and
+    the Trial said only `container main terminated (StartError, exit code 128)`; it now
+    carries the runtime's reason (`mkdir /etc/passwd: not a directory`)."""
+    shipyard.task("file-workdir", {
+        "task.toml": (f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+                      'workdir = "/etc/passwd"\n'),
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        "solution/solve.sh": "#!/bin/bash\ntrue\n"})
+    shipyard.trial("file-workdir-oracle", "file-workdir")
+    trial = shipyard.wait("file-workdir-oracle", timeout=120)
+    failed = condition(trial, "Failed")
+    assert failed is not None and "StartError" in failed["message"], brief(trial["status"])
+    assert "/etc/passwd: not a directory" in failed["message"], failed
+    assert no_pod_left(shipyard, "file-workdir-oracle")
+
+
 def no_pod_left(shipyard, trial: str, timeout: float = 30) -> bool:
     """Within `timeout`, the trial's pods are all gone or going."""
     deadline = time.monotonic() + timeout
@@ -295,12 +314,23 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
         "[agent]\ntimeout_sec = 60\n", '[agent]\ntimeout_sec = 600\nuser = "nobody"\n')})
     shipyard.task("reroll", root)
     shipyard.task("reroll-nobody", nobody)
-    shipyard.trial("reroll-root", "reroll", {"name": "command", "command": KILL.format(
-        pattern="'sleep infinity '")}, retries=2)
-    shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "command": KILL.format(
-        pattern="httpd*")}, retries=2)
+    # Each first writes its key into the container's termination log, which the kubelet
+    # copies into the pod's status when the container ends: it must not reach the Trial.
+    value = "sk-reroll-5be07a1d"
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "reroll-key"}, "stringData": {"MODEL_API_KEY": value}})
+    leak = 'echo "$MODEL_API_KEY" > /dev/termination-log 2>/dev/null; '
+    key = [{"secretRef": {"name": "reroll-key"}}]
+    shipyard.trial("reroll-root", "reroll", {"name": "command", "envFrom": key,
+                                             "command": leak + KILL.format(
+                                                 pattern="'sleep infinity '")}, retries=2)
+    shipyard.trial("reroll-probe", "reroll-nobody", {"name": "command", "envFrom": key,
+                                                     "command": leak + KILL.format(
+                                                         pattern="httpd*")}, retries=2)
     for name in ("reroll-root", "reroll-probe"):
         trial = shipyard.wait(name, timeout=180)
+        assert value not in json.dumps(trial["status"]), (name, brief(trial["status"]))
+        assert not [e for e in shipyard.events(name) if value in (e.message or "")], name
         failed = condition(trial, "Failed")
         assert failed is not None and failed["reason"] == "AgentFailed", (
             name, brief(trial["status"]))

@@ -105,11 +105,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
     for cs in [*main_statuses, *(status.get("initContainerStatuses") or [])]:
         state = cs.get("state") or {}
         if "terminated" in state and lost is None and any(cs is m for m in main_statuses):
-            t = state["terminated"]
-            lost = (
-                f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, "
-                f"exit code {t.get('exitCode')})"
-            )
+            lost = _ended(cs)
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in IMAGE_PULL_REASONS:
             image_pull_error = f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}"
@@ -196,12 +192,24 @@ def service_failure(pod: dict[str, Any]) -> str | None:
 
 def _terminated(status: dict[str, Any]) -> str | None:
     for cs in status.get("containerStatuses") or []:
-        t = (cs.get("state") or {}).get("terminated")
-        if t:
-            message = (t.get("message") or "").strip()[:300]
-            return (f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, exit "
-                    f"code {t.get('exitCode')})" + (f": {message}" if message else ""))
+        if (cs.get("state") or {}).get("terminated"):
+            return _ended(cs)
     return None
+
+
+RUNTIME_MESSAGES = frozenset({"StartError", "ContainerCannotRun"})
+"""Terminations whose message is the container runtime's (why the container could not start:
+`chdir to cwd ("/etc/passwd") … not a directory`). Any other message is what the container
+wrote to its termination log, which an agent can write to: it stays out of the status."""
+
+
+def _ended(cs: dict[str, Any]) -> str:
+    """A terminated container, with the runtime's message when it is the runtime's."""
+    t = cs["state"]["terminated"]
+    runtime = t.get("reason") in RUNTIME_MESSAGES
+    message = (t.get("message") or "").strip()[:300] if runtime else ""
+    return (f"container {cs.get('name')} terminated ({t.get('reason') or 'Error'}, exit code "
+            f"{t.get('exitCode')})" + (f": {message}" if message else ""))
 
 
 def _idle(pod: dict[str, Any], conditions: dict[str, Any], phase: str | None) -> bool:

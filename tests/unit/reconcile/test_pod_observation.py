@@ -68,6 +68,25 @@ def test_a_failed_pod_without_a_message_says_what_its_container_did() -> None:
                          "context canceled: unknown")
 
 
+def test_a_container_that_could_not_start_says_why_and_what_a_container_wrote_stays_out() -> None:
+    """`workdir = "/etc/passwd"`: runc's StartError message says why; an agent's text in its
+    termination log (which it can write, a secret in it) does not reach the status."""
+    chdir = ('failed to create containerd task: failed to create shim task: OCI runtime create '
+             'failed: runc create failed: unable to start container process: error during '
+             'container init: chdir to cwd ("/etc/passwd") set in config.json failed: not a '
+             'directory: unknown')
+    seen = observe_pod(pod(container_state={"terminated": {
+        "reason": "StartError", "exitCode": 128, "message": chdir}}))
+    assert seen.lost == f"container main terminated (StartError, exit code 128): {chdir[:300]}"
+    seen = observe_pod(pod(container_state={"terminated": {
+        "reason": "Error", "exitCode": 1, "message": "sk-the-agents-key"}}))
+    assert seen.lost == "container main terminated (Error, exit code 1)"
+    seen = observe_pod(pod(phase="Failed", status={
+        "phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+            "reason": "Error", "exitCode": 1, "message": "sk-the-agents-key"}}}]}))
+    assert "sk-the-agents-key" not in (seen.lost or "")
+
+
 def test_succeeded_pod_is_lost() -> None:
     seen = observe_pod(pod(status={"phase": "Succeeded"}))
     assert seen.lost is not None and "Succeeded" in seen.lost
