@@ -57,7 +57,11 @@ MIRRORS = {
     "ghcr.io": f"{REGISTRY}/ghcr.io",
     "quay.io": f"{REGISTRY}/quay.io",
     "gcr.io": f"{REGISTRY}/gcr.io",
+    # Amazon's copy of Docker Hub's library, which task authors use against Hub's rate limits:
+    # public.ecr.aws/docker/library/x is served by x's stand-in (`_tags`).
+    "public.ecr.aws": f"{REGISTRY}/public.ecr.aws",
 }
+ECR_LIBRARY = "public.ecr.aws/docker/library/"
 STAND_IN_LABEL = "dev.shipyard.stand-in"
 BASE_REPO = f"{REGISTRY}/shipyard/debian-base:bookworm"
 # The host's trust store goes into the stand-ins, so that RUN steps reach PyPI and HTTPS hosts
@@ -117,6 +121,12 @@ for _minor, _patch in (("1.25", "1.25.0"), ("1.24", "1.24.0")):
                                           f"{_patch}-bookworm")]
         + ([f"library/golang:{t}" for t in ("1", "latest", "bookworm", "1-bookworm")]
            if _minor == "1.25" else []))
+STAND_INS["gcc"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates build-essential git curl")
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s gcc (12) and build-essential, '
+    'whatever the tag says: a local test stand-in, not the upstream gcc image"\n',
+    [f"library/gcc:{v}{s}" for v in ("12", "13", "14", "latest", "13.3.0", "14.2.0")
+     for s in ("", "-bookworm")])
 STAND_INS["node"] = (
     f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates nodejs npm git curl")
     + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s nodejs (18) and npm, whatever '
@@ -404,8 +414,18 @@ def ensure_seeds(layout: Layout) -> list[str]:
         # A marker tag per content: a changed Dockerfile or host trust store rebuilds.
         content = hashlib.sha256(dockerfile.encode() + trust + b"".join(
             p.read_bytes() for p in extra)).hexdigest()[:12]
-        tags = [*tags, f"shipyard/stand-ins:{name}-{content}"]
-        if all(manifest_exists(t) for t in tags):
+        marker_tag = f"shipyard/stand-ins:{name}-{content}"
+        tags = [*_tags(tags), marker_tag]
+        missing = [t for t in tags if not manifest_exists(t)]
+        if not missing:
+            continue
+        if marker_tag not in missing:  # built already: only new names of it (a copy)
+            for tag in missing:
+                subprocess.run(
+                    ["skopeo", "copy", "--quiet", "--src-tls-verify=false",
+                     "--dest-tls-verify=false", f"docker://{REGISTRY}/{marker_tag}",
+                     f"docker://{REGISTRY}/{tag}"], check=True, capture_output=True, text=True)
+            pushed += missing
             continue
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "Dockerfile").write_text(dockerfile)
@@ -426,6 +446,12 @@ def ensure_seeds(layout: Layout) -> list[str]:
                                  f"{result.stderr[-3000:]}")
         pushed += tags
     return pushed
+
+
+def _tags(tags: list[str]) -> list[str]:
+    """A stand-in's names: each Docker Hub library name also under Amazon's copy of it."""
+    return [*tags, *(ECR_LIBRARY + t.removeprefix("library/") for t in tags
+                     if t.startswith("library/"))]
 
 
 def _images() -> list[Image]:
