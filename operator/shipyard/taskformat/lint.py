@@ -171,6 +171,7 @@ def lint_task(task: LoadedTask) -> list[LintWarning]:
             )
         )
     warnings += _copies_from_beside_context(task)
+    warnings += _piped_downloads(task)
     if not task.is_multi_step:
         if task.solution_script() is None:
             warnings.append(
@@ -271,4 +272,32 @@ def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
                     f"{where}, or build from the task's directory (a docker-compose.yaml "
                     "whose main has context: ${CONTEXT_DIR}/.. and dockerfile: "
                     "${CONTEXT_DIR}/Dockerfile)"))
+    return warnings
+
+
+_RUN_LINE = re.compile(r"^[ \t]*RUN[ \t]+(.+)$", re.IGNORECASE | re.MULTILINE)
+_PIPED = re.compile(r"\b(?:curl|wget)\b[^|;&\n]*\|[ \t]*(?:sudo[ \t]+(?:-E[ \t]+)?)?"
+                    r"(?:/(?:usr/)?bin/)?(?:ba|da|z)?sh\b")
+_PIPEFAIL_SHELL = re.compile(r"^[ \t]*SHELL[ \t]+.*pipefail", re.IGNORECASE | re.MULTILINE)
+
+
+def _piped_downloads(task: LoadedTask) -> list[LintWarning]:
+    """A `RUN curl … | sh` without pipefail: a download that fails (no network, a URL that
+    moved) pipes nothing into the shell, which succeeds, so the build is green without the
+    tool, and the trial fails later (`cargo: command not found`). The same under Harbor."""
+    warnings = []
+    for _, dockerfile in _builds(task):
+        text = task.files.get(dockerfile, b"").decode("utf-8", errors="replace")
+        if _PIPEFAIL_SHELL.search(text):
+            continue
+        text = re.sub(r"\\\r?\n", " ", text)
+        for run in _RUN_LINE.findall(text):
+            found = _PIPED.search(run)
+            if found and "pipefail" not in run:
+                warnings.append(LintWarning(
+                    dockerfile, None,
+                    f"RUN {found.group(0)}: a failed download pipes nothing into the shell, "
+                    "which succeeds: the build passes without what it installs, and the trial "
+                    "fails later (so under Harbor too). Download to a file first (curl -fsSLo), "
+                    'or set SHELL ["/bin/bash", "-o", "pipefail", "-c"]'))
     return warnings

@@ -232,3 +232,33 @@ def test_a_copy_of_what_lies_beside_the_build_context_is_named() -> None:
         b"      dockerfile: ${CONTEXT_DIR}/Dockerfile\n")
     files["data.txt"] = b"x\n"
     assert task_warnings(files) == []
+
+
+@pytest.mark.parametrize(("dockerfile", "named"), [
+    ("RUN curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y\n",
+     "RUN curl --proto '=https' -sSf https://sh.rustup.rs | sh"),
+    ("RUN apt-get update && \\\n  curl -fsSL https://deb.nodesource.com/setup_20.x | bash - \\\n"
+     "  && apt-get install -y nodejs\n",
+     "RUN curl -fsSL https://deb.nodesource.com/setup_20.x | bash"),
+    ("RUN wget -qO- https://astral.sh/uv/install.sh | sudo -E bash\n",
+     "RUN wget -qO- https://astral.sh/uv/install.sh | sudo -E bash"),
+    ("RUN set -o pipefail && curl https://x | bash\n", None),
+    ('SHELL ["/bin/bash", "-o", "pipefail", "-c"]\nRUN curl https://x | sh\n', None),
+    ("RUN curl -fsSLo /tmp/i.sh https://x && sh /tmp/i.sh\n", None),
+    ("RUN curl -fsSL https://x/a.tgz | tar xz\n", None),
+])
+def test_a_download_piped_into_a_shell_without_pipefail_is_named(dockerfile: str,
+                                                                 named: str | None) -> None:
+    """A three-body task's `curl … rustup.rs | sh` failed for want of network and left the
+    build green, `cargo` missing: lint says so before any build (Harbor builds it the same)."""
+    from shipyard.taskformat import load_task_files
+
+    files = {"task.toml": 'schema_version = "1.4"\n', "instruction.md": "Do.\n",
+             "tests/test.sh": "#!/bin/sh\n", "environment/Dockerfile": "FROM debian\n" + dockerfile}
+    task = load_task_files({k: v.encode() for k, v in files.items()}, name="t")
+    found = [w for w in lint_task(task) if "pipes nothing into the shell" in w.message]
+    if named is None:
+        assert found == []
+    else:
+        assert [w.file for w in found] == ["environment/Dockerfile"]
+        assert found[0].message.startswith(f"{named}: a failed download")
