@@ -144,6 +144,30 @@ def test_deleting_a_pool_leaves_no_pod(shipyard):
         time.sleep(0.5)
 
 
+def test_a_pool_whose_image_never_pulls_says_why_and_does_not_churn(shipyard):
+    """An image the registry does not have: the pool said `0 of 2 pods ready` and nothing
+    more, and made and deleted a pod a second for as long as it existed. Its Ready condition
+    now names the pod and the pull error (`PodsFailing`), and it makes at most its 2 pods
+    per 30 s backoff."""
+    files = task_files(REWARD)
+    files["task.toml"] = files["task.toml"].replace(
+        "localhost/shipyard/debian:bookworm", "127.0.0.1:5055/shipyard-tests/never-pushed:1")
+    shipyard.task("nopull", files)
+    pool(shipyard, "nopull-pool", "nopull", 2)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 45
+    ready: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        seen |= {p.metadata.name for p in pods_of(shipyard, "nopull-pool")}
+        body = shipyard.get("warmpools", "nopull-pool")
+        ready = condition(body, "Ready")
+        time.sleep(0.5)
+    assert ready is not None and ready["reason"] == "PodsFailing", ready
+    assert "failed: " in ready["message"] and "nopull-pool-w-" in ready["message"], ready
+    assert "never-pushed" in ready["message"] and "not found" in ready["message"], ready
+    assert len(seen) <= 4, f"{len(seen)} pods in 45 s: {sorted(seen)}"
+
+
 def sweep_body(name: str, task: str, attempts: int, parallelism: int,
                agents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sweep", "metadata": {"name": name},

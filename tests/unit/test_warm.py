@@ -3,6 +3,7 @@ the claim patch, a pool's decisions, and a claimed pod lost before its first pha
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from shipyard.api.conventions import (
@@ -21,9 +22,12 @@ from shipyard.reconcile import trial_machine as m
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
 from shipyard.reconcile.warm_pool import (
     CLAIM_SETTLE_SEC,
+    DEAD_BACKOFF_SEC,
     ClaimWatch,
+    DeadWatch,
     WarmPod,
     claimable,
+    dead_hold,
     decide,
     observe_warm_pod,
     refill_hold,
@@ -167,6 +171,34 @@ def test_warm_pod_states() -> None:
     assert observe_warm_pod(pod(phase="Pending")).state == "starting"
     assert observe_warm_pod(pod(deleting=True)).state == "deleting"
     assert observe_warm_pod(pod(phase="Failed")).state == "dead"
+
+
+def test_a_failing_pool_says_why_and_replaces_its_dead_pods_after_a_backoff() -> None:
+    """An image that does not pull: the pool said `0 of 2 pods ready` and nothing more, and
+    one whose pull fails for good made and deleted a pod every second."""
+    pull = ("ErrImagePull: failed to pull and unpack image \"localhost/nope:1\": failed to "
+            "resolve reference: connection refused")
+    stuck = observe_warm_pod(pod(phase="Pending", container_state={"waiting": {
+        "reason": "ErrImagePull", "message": pull.split(": ", 1)[1]}}))
+    assert (stuck.state, stuck.problem) == ("starting", pull)
+    d = decide(2, "k", [replace(stuck, name="p1", key="k")], 0, 1, T0)
+    assert d.status.conditions[0].reason == Reason.PODS_STARTING
+    assert d.status.conditions[0].message == f"0 of 2 pods ready; pod p1: {pull}"
+    dead = replace(warm("p2", "dead"), problem="the environment pod stopped (Failed): x")
+    d = decide(2, "k", [dead], 0, 1, T0)
+    assert d.status.conditions[0].reason == Reason.PODS_FAILING
+    message = d.status.conditions[0].message
+    assert "pod p2 failed: the environment pod stopped (Failed): x" in message
+    assert d.delete == [dead] and d.create == 2  # created once the hold is over:
+    hold, seen = dead_hold(DeadWatch(), [dead], 100.0)
+    why = "pod p2 failed: the environment pod stopped (Failed): x"
+    assert (hold, seen) == (DEAD_BACKOFF_SEC, DeadWatch(100.0, why))
+    assert dead_hold(seen, [], 110.0) == (DEAD_BACKOFF_SEC - 10, seen)
+    # the dead pod is gone, its replacement waits: the pool still says why
+    d = decide(2, "k", [], 0, 1, T0, failed=seen.why)
+    assert d.status.conditions[0].reason == Reason.PODS_FAILING and why in message
+    assert dead_hold(seen, [], 100.0 + DEAD_BACKOFF_SEC) == (0.0, DeadWatch())
+    assert dead_hold(DeadWatch(), [], 5.0) == (0.0, DeadWatch())
 
 
 def test_a_claimed_pod_lost_before_its_first_phase_costs_no_retry() -> None:

@@ -47,6 +47,7 @@ class Reason(StrEnum):
     # ---- a WarmPool's Ready condition (docs/warm-pods.md), and a trial's warm pod Events
     POOL_READY = "PoolReady"
     PODS_STARTING = "PodsStarting"
+    PODS_FAILING = "PodsFailing"
     POOL_NOT_READY = "PoolNotReady"
     WARM_POD_CLAIMED = "WarmPodClaimed"
     WARM_POD_LOST = "WarmPodLost"

@@ -27,6 +27,8 @@ class WarmPod:
     key: str | None
     state: WarmState
     created_at: datetime | None = None
+    problem: str | None = None
+    """What keeps it from running, or ended it (an image that does not pull, a config error)."""
 
 
 def observe_warm_pod(pod: dict[str, Any]) -> WarmPod:
@@ -41,8 +43,11 @@ def observe_warm_pod(pod: dict[str, Any]) -> WarmPod:
         state = "ready"
     else:
         state = "starting"
+    problem = (seen.lost or seen.image_pull_error or seen.config_error or seen.service_failure
+               if state in ("dead", "starting") else None)
     return WarmPod(meta.get("name", ""), meta.get("resourceVersion", ""),
-                   (meta.get("labels") or {}).get(LABEL_WARM_KEY), state, seen.created_at)
+                   (meta.get("labels") or {}).get(LABEL_WARM_KEY), state, seen.created_at,
+                   problem[:300] if problem else None)
 
 
 def claimable(pods: list[WarmPod], key: str) -> list[WarmPod]:
@@ -60,9 +65,11 @@ class PoolDecision:
 
 
 def decide(replicas: int, key: str | None, pods: list[WarmPod], claimed: int,
-           generation: int | None, now: datetime, blocked: str | None = None) -> PoolDecision:
+           generation: int | None, now: datetime, blocked: str | None = None,
+           failed: str | None = None) -> PoolDecision:
     """What to do with a pool's unclaimed pods. `key` None (with `blocked` saying why: the task
-    is not ready, its image not built) keeps nothing: no pod of an unknown fit."""
+    is not ready, its image not built) keeps nothing: no pod of an unknown fit. `failed`: why
+    the last pod that died failed, while its replacement waits (`dead_hold`)."""
     live = [p for p in pods if p.state in ("ready", "starting") and key is not None
             and p.key == key]
     delete = [p for p in pods if p.state != "deleting" and p not in live]
@@ -76,18 +83,51 @@ def decide(replicas: int, key: str | None, pods: list[WarmPod], claimed: int,
     ready = sum(1 for p in kept if p.state == "ready")
     status = WarmPoolStatus(observed_generation=generation, ready=ready,
                             starting=len(kept) - ready, claimed=claimed, key=key)
+    dead = next((p for p in pods if p.state == "dead" and p.problem), None)
+    failed = f"pod {dead.name} failed: {dead.problem}" if dead is not None else failed
+    stuck = next((p for p in kept if p.state == "starting" and p.problem), None)
     if blocked is not None:
         reason, message, value = Reason.POOL_NOT_READY, blocked, "False"
     elif ready >= replicas:
         reason, message, value = Reason.POOL_READY, f"{ready} of {replicas} pods ready", "True"
+    elif failed is not None:  # replaced, after DEAD_BACKOFF_SEC (`dead_hold`)
+        reason, message, value = (Reason.PODS_FAILING,
+                                  f"{ready} of {replicas} pods ready; {failed}", "False")
     else:
-        reason, message, value = (Reason.PODS_STARTING,
-                                  f"{ready} of {replicas} pods ready", "False")
+        message = f"{ready} of {replicas} pods ready"
+        if stuck is not None:
+            message += f"; pod {stuck.name}: {stuck.problem}"
+        reason, value = Reason.PODS_STARTING, "False"
     status.conditions = [Condition(type="Ready", status=value, reason=reason, message=message,
                                    last_transition_time=iso(now),
                                    observed_generation=generation)]
     return PoolDecision(create=0 if key is None else max(0, replicas - len(live)),
                         delete=delete, status=status)
+
+
+DEAD_BACKOFF_SEC = 30.0
+"""How long a pool waits before it replaces a pod that failed (an image that cannot be pulled,
+a container that cannot start): a failing pool makes at most `replicas` pods this often, not
+one a second, and its Ready condition says why (`PodsFailing`)."""
+
+
+@dataclass(frozen=True)
+class DeadWatch:
+    """The last pod of a pool seen dead: when, and why (None: none lately)."""
+
+    at: float | None = None
+    why: str | None = None
+
+
+def dead_hold(seen: DeadWatch, pods: list[WarmPod], now: float) -> tuple[float, DeadWatch]:
+    """Seconds to hold back creating pods (0: none), and what to remember: a dead pod seen now
+    starts the hold again."""
+    dead = next((p for p in pods if p.state == "dead"), None)
+    if dead is not None:
+        seen = DeadWatch(now, f"pod {dead.name} failed: {dead.problem or 'it ended'}")
+    if seen.at is not None and now - seen.at < DEAD_BACKOFF_SEC:
+        return DEAD_BACKOFF_SEC - (now - seen.at), seen
+    return 0.0, DeadWatch()
 
 
 CLAIM_SETTLE_SEC = 1.0

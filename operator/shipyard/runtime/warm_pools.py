@@ -47,7 +47,9 @@ from shipyard.plan.settings import OperatorSettings
 from shipyard.plan.warm import claims_warm_pod, pool_trial
 from shipyard.reconcile.warm_pool import (
     ClaimWatch,
+    DeadWatch,
     claimable,
+    dead_hold,
     decide,
     observe_warm_pod,
     refill_hold,
@@ -216,6 +218,7 @@ class PoolDriver:
         self.fit_at = -1e9
         self.network = NetworkSettings()
         self.claims = ClaimWatch()
+        self.dead = DeadWatch()
 
     async def reconcile(self) -> float:
         pool = {"apiVersion": self.body.get("apiVersion"), "kind": self.body.get("kind"),
@@ -236,12 +239,14 @@ class PoolDriver:
                                   and not p["metadata"].get("deletionTimestamp"))
         claimed = len(claimed_names)
         generation = pool["metadata"].get("generation")
-        decision = decide(spec.replicas if spec else 0, fit[1] if fit else None,
-                          [observe_warm_pod(p) for p in unclaimed], claimed, generation, now,
-                          blocked)
+        seen = [observe_warm_pod(p) for p in unclaimed]
+        failed, self.dead = dead_hold(self.dead, seen, time.monotonic())
+        decision = decide(spec.replicas if spec else 0, fit[1] if fit else None, seen, claimed,
+                          generation, now, blocked, self.dead.why)
         hold, self.claims = refill_hold(self.claims, claimed_names,
                                         LABEL_SWEEP in (pool["metadata"].get("labels") or {}),
                                         time.monotonic())
+        hold = max(hold, failed)
         for pod in decision.delete:
             await asyncio.to_thread(kube.delete_unclaimed, self.namespace, pod.name,
                                     pod.resource_version)
