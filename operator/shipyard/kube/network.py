@@ -249,21 +249,38 @@ def ensure_namespace_baseline(objects: list[dict[str, Any]]) -> None:
     with once:
         if _baselines.get(key) is None:
             return
-        networking = client.NetworkingV1Api(api_client())
         for obj in objects:
-            name = obj["metadata"]["name"]
-            if create_or_none(networking.create_namespaced_network_policy, namespace,
-                              obj) is None:
-                current = api_client().sanitize_for_serialization(
-                    networking.read_namespaced_network_policy(name, namespace))
-                if current.get("spec") != obj["spec"]:
-                    networking.replace_namespaced_network_policy(
-                        name, namespace, {**obj, "metadata": {
-                            **obj["metadata"],
-                            "resourceVersion": current["metadata"]["resourceVersion"]}})
+            _ensure_policy(obj)
         with _lock:
             _baselines[key] = None
             _baseline_objects[namespace] = objects
+
+
+def _ensure_policy(obj: dict[str, Any]) -> None:
+    """Create the policy, or bring the one found back to `obj`'s spec. Someone deleting or
+    changing it at the same moment (a user's cleanup of every shared policy, one by one) is
+    met by trying again: a 404 after a 409 once left the namespace without its baseline."""
+    networking = client.NetworkingV1Api(api_client())
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    for _ in range(5):
+        if create_or_none(networking.create_namespaced_network_policy, namespace,
+                          obj) is not None:
+            return
+        current = _read_or_none(networking.read_namespaced_network_policy, name, namespace)
+        if current is None:  # deleted between the create and the read
+            continue
+        current = api_client().sanitize_for_serialization(current)
+        if current.get("spec") == obj["spec"]:
+            return
+        try:
+            networking.replace_namespaced_network_policy(name, namespace, {**obj, "metadata": {
+                **obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+            return
+        except ApiException as e:
+            if e.status not in (404, 409):  # gone or changed in between: again
+                raise
+    raise ApiException(status=409, reason=f"NetworkPolicy {namespace}/{name} changed under "
+                       "every attempt to ensure it")
 
 
 def label_pod(namespace: str, name: str, labels: dict[str, str]) -> bool:
