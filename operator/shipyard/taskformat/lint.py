@@ -203,22 +203,29 @@ def lint_task(task: LoadedTask) -> list[LintWarning]:
 _COPY_LINE = re.compile(r"^[ \t]*(?:COPY|ADD)[ \t]+(.+)$", re.IGNORECASE | re.MULTILINE)
 
 
-def _builds(task: LoadedTask) -> list[tuple[str, str]]:
-    """(context, Dockerfile path) of each image the task builds for its environment."""
+_ONLY_FORCED = ("only when the Task sets forceBuild ([environment].docker_image is run "
+                "otherwise, as under Harbor): ")
+
+
+def _builds(task: LoadedTask) -> list[tuple[str, str, str]]:
+    """(context, Dockerfile path, qualifier) of each image the task builds for its environment;
+    the qualifier says when the main image is built only with `forceBuild`, since a
+    `docker_image` is run as it is otherwise (and its Dockerfile may not build at all)."""
     try:
         compose = load_compose(task)
     except TaskFormatError:
         compose = None  # refused on its own
     builds = []
     main = compose.main if compose is not None else None
+    forced = _ONLY_FORCED if task.config.environment.docker_image else ""
     if main is not None and main.build is not None:
-        builds.append((main.build.context, main.build.context + main.build.dockerfile))
+        builds.append((main.build.context, main.build.context + main.build.dockerfile, forced))
     elif "environment/Dockerfile" in task.files:
-        builds.append(("environment/", "environment/Dockerfile"))
+        builds.append(("environment/", "environment/Dockerfile", forced))
     for service in compose.sidecars if compose is not None else ():
         if service.build is not None:
             builds.append((service.build.context,
-                           service.build.context + service.build.dockerfile))
+                           service.build.context + service.build.dockerfile, ""))
     return builds
 
 
@@ -248,7 +255,7 @@ def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
     the task's compose file names another context."""
     files = task.files
     warnings = []
-    for context, dockerfile in _builds(task):
+    for context, dockerfile, forced in _builds(task):
         text = files.get(dockerfile, b"").decode("utf-8", errors="replace")
         text = re.sub(r"\\\r?\n", " ", text)
         for arguments in _COPY_LINE.findall(text):
@@ -267,7 +274,7 @@ def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
                 where = context or "the task's directory"
                 warnings.append(LintWarning(
                     dockerfile, None,
-                    f"COPY {source}: not in the build context ({where}), but the task has "
+                    f"{forced}COPY {source}: not in the build context ({where}), but the task has "
                     f"{beside}: the build fails, as it does under Harbor. Move it into "
                     f"{where}, or build from the task's directory (a docker-compose.yaml "
                     "whose main has context: ${CONTEXT_DIR}/.. and dockerfile: "
@@ -286,7 +293,7 @@ def _piped_downloads(task: LoadedTask) -> list[LintWarning]:
     moved) pipes nothing into the shell, which succeeds, so the build is green without the
     tool, and the trial fails later (`cargo: command not found`). The same under Harbor."""
     warnings = []
-    for _, dockerfile in _builds(task):
+    for _, dockerfile, forced in _builds(task):
         text = task.files.get(dockerfile, b"").decode("utf-8", errors="replace")
         if _PIPEFAIL_SHELL.search(text):
             continue
@@ -296,8 +303,8 @@ def _piped_downloads(task: LoadedTask) -> list[LintWarning]:
             if found and "pipefail" not in run:
                 warnings.append(LintWarning(
                     dockerfile, None,
-                    f"RUN {found.group(0)}: a failed download pipes nothing into the shell, "
-                    "which succeeds: the build passes without what it installs, and the trial "
-                    "fails later (so under Harbor too). Download to a file first (curl -fsSLo), "
-                    'or set SHELL ["/bin/bash", "-o", "pipefail", "-c"]'))
+                    f"{forced}RUN {found.group(0)}: a failed download pipes nothing into the "
+                    "shell, which succeeds: the build passes without what it installs, and the "
+                    "trial fails later (so under Harbor too). Download to a file first "
+                    '(curl -fsSLo), or set SHELL ["/bin/bash", "-o", "pipefail", "-c"]'))
     return warnings

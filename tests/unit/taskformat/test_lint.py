@@ -234,6 +234,22 @@ def test_a_copy_of_what_lies_beside_the_build_context_is_named() -> None:
     assert task_warnings(files) == []
 
 
+def test_build_warnings_of_a_task_with_a_docker_image_say_they_need_force_build() -> None:
+    """A task that names a prebuilt `docker_image` and ships the Dockerfile it came from (a
+    dataset of 197 such tasks COPYs tests/ from beside environment/): Harbor and Shipyard run
+    the image, so the Dockerfile's flaws matter only when the Task forces a build."""
+    files = task_files('[environment]\ndocker_image = "registry.example/t:1"\n',
+                       extra={"environment/Dockerfile": "FROM debian\nCOPY tests/ /tests/\n"
+                              "RUN curl -s https://x | sh\n"})
+    warnings = task_warnings(files)
+    assert len(warnings) == 2, warnings
+    assert all(w.startswith("environment/Dockerfile: only when the Task sets forceBuild "
+                            "([environment].docker_image is run otherwise, as under Harbor): ")
+               for w in warnings), warnings
+    assert "COPY tests/: not in the build context" in warnings[0]
+    assert "RUN curl -s https://x | sh: a failed download" in warnings[1]
+
+
 @pytest.mark.parametrize(("dockerfile", "named"), [
     ("RUN curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y\n",
      "RUN curl --proto '=https' -sSf https://sh.rustup.rs | sh"),
