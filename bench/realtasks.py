@@ -239,8 +239,12 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
         return
     files = set(loaded.files)
     has_solution = any(f.startswith("solution/") or "/solution/" in f for f in files)
-    if _score(oracle) != 1 and not has_solution:
-        outcome.verdict, outcome.evidence = "task", "no solution/ (oracle has nothing to run)"
+    unsolved = any("the oracle agent needs a solution script" in line
+                   for line in oracle.evidence)  # a step without one, and no solution/
+    if _score(oracle) != 1 and (not has_solution or unsolved):
+        outcome.verdict, outcome.evidence = "task", (
+            "a step without a solution, and no solution/ (Harbor's oracle fails there too)"
+            if unsolved else "no solution/ (oracle has nothing to run)")
         return
     lines = [*ready, *oracle.evidence, *nop.evidence, *events]
     beside = _copied_from_beside_environment(lines, files)

@@ -503,8 +503,19 @@ func result(id string, limit, wait int64) {
 	if isFile(output) {
 		emit("output", output, outputLimit, min(limit, outputLimit))
 	}
-	for _, f := range lines(phaseDir(id) + "/collect") {
-		if f != "" && isFile(f) {
+	collect := lines(phaseDir(id) + "/collect")
+	named := map[string]bool{}
+	for _, f := range collect {
+		named[f] = true
+	}
+	for _, f := range collect {
+		if strings.HasSuffix(f, "/") {
+			// A folder: the rest of what the phase wrote there (Harbor keeps the verifier's
+			// whole folder), bounded in number and size.
+			for _, name := range folderFiles(f, named) {
+				emit(f+name, f+name, -1, min(limit, folderFileLimit))
+			}
+		} else if f != "" && isFile(f) {
 			emit(f, f, -1, limit)
 		}
 	}
@@ -512,6 +523,28 @@ func result(id string, limit, wait int64) {
 		writeBase64(out, "%artifacts", int64(len(tarData)), tarData)
 	}
 	out.WriteString("%%end\n")
+}
+
+// The most a collected folder gives a result: files, and the tail of each.
+const (
+	maxFolderFiles  = 32
+	folderFileLimit = 65536
+)
+
+// folderFiles: the regular files directly in DIR (no links, folders or hidden files), sorted,
+// except those `named` on their own, at most maxFolderFiles.
+func folderFiles(dir string, named map[string]bool) []string {
+	var files []string
+	for _, name := range children(dir) {
+		st, err := os.Lstat(dir + name)
+		if err != nil || !st.Mode().IsRegular() || named[dir+name] || strings.Contains(name, "\n") {
+			continue
+		}
+		if files = append(files, name); len(files) == maxFolderFiles {
+			break
+		}
+	}
+	return files
 }
 
 // writeBase64: `== NAME SIZE`, then DATA in base64 lines of 76.

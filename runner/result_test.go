@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -80,5 +81,62 @@ func TestAResultNotAskedSaysNothingOfTheArtifacts(t *testing.T) {
 	text := resultOf(t, []byte("tar"), 0)
 	if strings.Contains(text, "artifacts") {
 		t.Fatalf("not asked: %q", text)
+	}
+}
+
+func TestAFolderInTheCollectListGivesItsOtherRegularFiles(t *testing.T) {
+	t.Setenv("SHIPYARD_ROOT", t.TempDir())
+	setup()
+	dir := t.TempDir() + "/verifier/"
+	if err := os.MkdirAll(dir+"sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(dir+"test-stdout.txt", "named on its own\n")
+	writeFile(dir+"sites.log", "PASS a\n")
+	writeFile(dir+".hidden", "x")
+	writeFile(dir+"sub/deep.txt", "x")
+	writeFile(dir+"big.log", strings.Repeat("y", folderFileLimit+10))
+	if err := os.Symlink("/etc/hostname", dir+"link.txt"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < maxFolderFiles+5; i++ {
+		writeFile(dir+fmt.Sprintf("z%03d", i), "z")
+	}
+	if err := os.MkdirAll(phaseDir("verifier"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(phaseDir("verifier")+"/collect", dir+"test-stdout.txt\n"+dir+"\n")
+	s := stateDir("verifier")
+	if err := os.MkdirAll(s, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"rc": "0\n", "timed_out": "0\n", "done": ""} {
+		writeFile(s+"/"+name, v)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan []byte)
+	go func() { out, _ := io.ReadAll(r); read <- out }() // more than a pipe holds
+	stdout := os.Stdout
+	os.Stdout = w
+	result("verifier", defaultLimit, 0)
+	os.Stdout = stdout
+	w.Close()
+	out := <-read
+	var headers []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "== ") {
+			headers = append(headers, strings.TrimPrefix(line, "== "+dir))
+		}
+	}
+	want := []string{"test-stdout.txt 17", fmt.Sprintf("big.log %d", folderFileLimit+10),
+		"sites.log 7"}
+	for i := 0; i < maxFolderFiles-2; i++ {
+		want = append(want, fmt.Sprintf("z%03d 1", i))
+	}
+	if strings.Join(headers, ",") != strings.Join(want, ",") {
+		t.Fatalf("files: %v\nwant %v", headers, want)
 	}
 }

@@ -356,6 +356,9 @@ else
   echo 0 > /logs/verifier/reward.txt
 fi
 echo "graded by pytest" >&2
+# A grader's own files beside the reward (Harbor keeps the whole folder): kept, a folder not.
+echo '{"graded": "by pytest"}' > /logs/verifier/grading.json
+mkdir -p /logs/verifier/sub && echo deep > /logs/verifier/sub/deep.txt
 """
 PYTEST_TESTS = """import sys
 from pathlib import Path
@@ -391,7 +394,9 @@ def pytest_job(cluster, crds, operator, core_v1, custom_objects, tmp_path_factor
                              '[environment]\nbuild_timeout_sec = 600\nworkdir = "/app"\n',
                 "instruction.md": "Write 42 to /app/answer.txt.\n",
                 "environment/Dockerfile": PYTEST_DOCKERFILE,
-                "solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n",
+                # a link planted where the verifier writes: never followed by the runner
+                "solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n"
+                                     "ln -s /etc/shadow /logs/verifier/planted.txt\n",
                 "tests/test.sh": PYTEST_TEST_SH,
                 "tests/test_outputs.py": PYTEST_TESTS}}}}})
         create_sweep(custom_objects, ns, "pyt", tasks={"names": ["pyt"]},
@@ -427,6 +432,11 @@ def test_a_pytest_tasks_export_has_its_ctrf_report_and_stderr(pytest_job) -> Non
         assert "passed" in stdout and "graded by pytest" in stdout
         assert stderr == "checking the answer\n"  # the tests' own stderr, apart
         assert "graded by pytest" not in stderr  # the file pytest's stderr went to, alone
+        kept = {p.name for p in (trial_dir / "verifier").iterdir()}
+        assert kept == {"ctrf.json", "test-stderr.txt", "test-stdout.txt", "reward.txt",
+                        "grading.json"}, kept  # no link, no folder
+        assert json.loads((trial_dir / "verifier" / "grading.json").read_text()) == {
+            "graded": "by pytest"}
 
 
 @pytest.mark.optin

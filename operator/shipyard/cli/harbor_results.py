@@ -26,7 +26,7 @@ from shipyard.api.conventions import (
 from shipyard.api.reasons import HarborError
 from shipyard.api.sweep import SweepSpec
 from shipyard.cli.formatting import parse_time
-from shipyard.plan.phases import VERIFIER_REPORTS
+from shipyard.plan.phases import FOLDER_FILE_INFIX, VERIFIER_REPORTS
 from shipyard.plan.sweep import dataset_name, expand, trial_body
 from shipyard.reconcile.harbor_outcome import (
     agent_timeout,
@@ -299,6 +299,12 @@ def harbor_log_path(key: str, agent: str) -> str | None:
             return path
         if key.endswith("." + suffix):
             return f"steps/{key.removesuffix('.' + suffix)}/{path}"
+    folder = "verifier" + FOLDER_FILE_INFIX  # another file of the verifier's folder
+    if key.startswith(folder):
+        return f"verifier/{key.removeprefix(folder)}" if key != folder else None
+    step, found, name = key.partition("." + folder)
+    if found and step and name:
+        return f"steps/{step}/verifier/{name}"
     return None
 
 
@@ -312,7 +318,8 @@ def trial_files(result: Mapping[str, Any], logs: Mapping[str, str] | None) -> di
     """A trial directory as Harbor lays it out, relative path → text: result.json, the
     rewards under verifier/ (per step under steps/<step>/) and, from the trial's logs
     ConfigMap, `agent/<agent>.txt`, `agent/trajectory.json`, `verifier/test-stdout.txt` and,
-    when the test script wrote them, `verifier/test-stderr.txt` and `verifier/ctrf.json`."""
+    when the test script wrote them, `verifier/test-stderr.txt`, `verifier/ctrf.json` and the
+    other files it left in /logs/verifier."""
     files = {"result.json": json.dumps(result, indent=2) + "\n"}
     if result.get("config"):  # Harbor's TrialConfig: the viewer's trial config page
         files["config.json"] = json.dumps(result["config"], indent=2) + "\n"

@@ -95,6 +95,9 @@ CTRF_JSON = "/logs/verifier/ctrf.json"
 """Files a test script may write beside its reward (pytest's `--ctrf` report, its own stderr):
 kept with the trial's logs when present, exported where Harbor's viewer reads them."""
 VERIFIER_REPORTS = (TEST_STDERR, CTRF_JSON)
+VERIFIER_DIR = "/logs/verifier/"
+"""Collected as a folder: the other files the test script wrote there (Harbor downloads the
+whole folder into the trial's `verifier/`), kept together within one report's budget."""
 REPORT_LIMIT_BYTES = 64 * 1024
 """The most a verifier report keeps in the logs ConfigMap."""
 AGENT_LOGS = {
@@ -803,8 +806,8 @@ def verifier_phase(
         cwd=cwd,
         env=env,
         payload=payload,
-        collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT, *VERIFIER_REPORTS),
-        log_files=(TEST_STDOUT, *VERIFIER_REPORTS),
+        collect=(REWARD_JSON, REWARD_TXT, TEST_STDOUT, *VERIFIER_REPORTS, VERIFIER_DIR),
+        log_files=(TEST_STDOUT, *VERIFIER_REPORTS, VERIFIER_DIR),
     )
 
 
@@ -852,10 +855,24 @@ def log_key(phase: PhaseSpec) -> str:
 
 def log_file_key(phase: PhaseSpec, path: str) -> str:
     """The key of one of the phase's log files: its first is the phase's log (`log_key`),
-    the others are named by their file: `verifier.ctrf.json`, `<step>.verifier.ctrf.json`."""
+    the others are named by their file: `verifier.ctrf.json`, `<step>.verifier.ctrf.json`;
+    a file of a collected folder as `verifier.file.<name>` (`folder_file_key`)."""
     if not phase.log_files or path == phase.log_files[0]:
         return log_key(phase)
+    if path.endswith("/"):
+        return folder_file_key(phase, "")
     return log_key(phase).removesuffix(".log") + "." + path.rsplit("/", 1)[-1]
+
+
+FOLDER_FILE_INFIX = ".file."
+_KEY_CHARS = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def folder_file_key(phase: PhaseSpec, name: str) -> str:
+    """`verifier.file.<name>` (`<step>.verifier.file.<name>`): one file of the verifier's
+    folder in the logs ConfigMap; "" when the name cannot be a ConfigMap key (kept out)."""
+    key = log_key(phase).removesuffix(".log") + FOLDER_FILE_INFIX + name
+    return key if not name or (_KEY_CHARS.fullmatch(name) and len(key) <= 253) else ""
 
 
 def trajectory_key(phase: PhaseSpec) -> str:

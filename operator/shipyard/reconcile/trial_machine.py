@@ -37,11 +37,13 @@ from shipyard.plan import capacity
 from shipyard.plan.agents import USAGE_FILE
 from shipyard.plan.network import FENCE_MARK
 from shipyard.plan.phases import (
+    MARKER_ROOM,
     REWARD_JSON,
     REWARD_TXT,
     PhaseSpec,
     PodPlan,
     TrialPlan,
+    folder_file_key,
     log_file_key,
     log_key,
     pod_requests_of,
@@ -689,6 +691,9 @@ def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, st
     logs = {}
     notes = result.runner_notes  # what the runner ended after the phase, with its log
     for i, path in enumerate(spec.log_files):
+        if path.endswith("/"):
+            logs.update(_folder_logs(spec, result, path, plan.report_key_bytes))
+            continue
         f = result.files.get(path)
         if i == 0:
             if f is not None:
@@ -702,6 +707,34 @@ def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, st
     if notes and spec.log_files:
         logs[log_key(spec)] = logs.get(log_key(spec), "") + notes
     return logs
+
+
+def _folder_logs(spec: PhaseSpec, result: PhaseStatus, folder: str, budget: int
+                 ) -> dict[str, str]:
+    """The other files the runner gave of a collected folder (the verifier's), in name order,
+    within one report's `budget` in all: text files whole (a log's tail past the budget, a
+    JSON file not at all), each under `folder_file_key`. Binary files and names no ConfigMap
+    key can hold are left out."""
+    from shipyard.render.pod import truncate_log
+
+    kept: dict[str, str] = {}
+    for path in sorted(p for p in result.files if p.startswith(folder)
+                       and p not in spec.collect):
+        f = result.files[path]
+        key = folder_file_key(spec, path[len(folder):])
+        room = budget - sum(len(v.encode()) for v in kept.values())
+        if not key or room <= MIN_FOLDER_FILE_BYTES + MARKER_ROOM or b"\0" in f.content:
+            continue
+        text = f.text()
+        if f.truncated or len(text.encode()) > room:
+            if path.endswith(".json"):
+                continue
+            text = truncate_log(text, f.size, room - MARKER_ROOM)
+        kept[key] = text
+    return kept
+
+
+MIN_FOLDER_FILE_BYTES = 256
 
 
 def _tail(text: str, limit: int = 2000) -> str:

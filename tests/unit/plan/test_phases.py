@@ -83,9 +83,10 @@ def test_verifier_phase_runs_test_sh_after_removing_stale_rewards(agent: str) ->
     assert f"rm -rf -- {REWARD_TXT} {REWARD_JSON}" in scripts(verifier).prepare
     assert scripts(verifier).prepare.index("rm -rf --") < scripts(verifier).prepare.index("cp -a")
     assert verifier.collect == (REWARD_JSON, REWARD_TXT, TEST_STDOUT,
-                                "/logs/verifier/test-stderr.txt", "/logs/verifier/ctrf.json")
+                                "/logs/verifier/test-stderr.txt", "/logs/verifier/ctrf.json",
+                                "/logs/verifier/")
     assert verifier.log_files == (TEST_STDOUT, "/logs/verifier/test-stderr.txt",
-                                  "/logs/verifier/ctrf.json")
+                                  "/logs/verifier/ctrf.json", "/logs/verifier/")
     assert verifier.secrets is False
 
 

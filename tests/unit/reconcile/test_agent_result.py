@@ -131,6 +131,9 @@ def test_codex_stream_becomes_an_atif_trajectory() -> None:
     ("verifier.test-stderr.txt", "verifier/test-stderr.txt"),
     ("s1.verifier.ctrf.json", "steps/s1/verifier/ctrf.json"),
     ("write.agent.trajectory.json", "steps/write/agent/trajectory.json"),
+    ("verifier.file.reward-details.json", "verifier/reward-details.json"),
+    ("s.1.verifier.file.sites.log", "steps/s.1/verifier/sites.log"),
+    ("verifier.file.", None),
     ("other", None),
 ])
 def test_logs_go_to_harbors_trial_directory(key: str, path: str | None) -> None:

@@ -162,6 +162,27 @@ def test_the_verifiers_ctrf_report_and_stderr_are_kept_when_written() -> None:
     assert "verifier.ctrf.json" not in run.logs and run.logs["verifier.log"] == "ok\n"
 
 
+def test_the_other_files_of_the_verifiers_folder_are_kept_within_one_reports_budget() -> None:
+    """Harbor keeps all of /logs/verifier (a grader's `reward-details.json`, `sites.log`): so
+    does the logs ConfigMap, in name order within one report's budget: a log over it as its
+    tail, a JSON file over it not at all; binary files and names no key can hold left out."""
+    plan = plan_for(agent={"name": "oracle"})
+    budget = plan.report_key_bytes
+    files = {REWARD_TXT: b"1", TEST_STDOUT: b"ok\n",
+             "/logs/verifier/a-details.json": b'{"sites": 9}',
+             "/logs/verifier/b.bin": b"\0\1\2",
+             "/logs/verifier/c d.txt": b"space",
+             "/logs/verifier/d-big.log": b"x" * (budget * 2),
+             "/logs/verifier/e-late.json": b'{"late": 1}'}
+    run = drive(plan, {"verifier": done(files=files)})
+    kept = {k: v for k, v in run.logs.items() if ".file." in k}
+    assert set(kept) == {"verifier.file.a-details.json", "verifier.file.d-big.log"}, kept
+    assert kept["verifier.file.a-details.json"] == '{"sites": 9}'
+    assert kept["verifier.file.d-big.log"].endswith("x" * 1000)
+    assert sum(len(v.encode()) for v in kept.values()) <= budget
+    assert "verifier.file.reward.txt" not in run.logs and run.logs["verifier.log"] == "ok\n"
+
+
 def test_what_the_runner_ended_after_a_phase_is_kept_with_its_log() -> None:
     note = ("shipyard runner: the phase left processes running, now ended: redis-server "
             "(verifier.agentProcesses Keep keeps them, as Harbor does)\n")
