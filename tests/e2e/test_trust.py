@@ -897,3 +897,56 @@ def test_a_trial_made_again_under_a_just_deleted_trials_name_gets_none_of_its_ob
             assert owned and all([o.uid for o in p.metadata.owner_references] == [uid]
                                  for p in owned), [(p.metadata.name, p.metadata.owner_references)
                                                    for p in owned]
+
+
+
+def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shipyard):
+    """Bad input: an env value over what Linux lets one variable hold (128 KiB with its name),
+    or with a NUL byte, starts no process. A Trial's agent env of either ran its agent phase
+    into `argument list too long` (or `environment variable contains NUL`), said so only in
+    the agent's log, and recorded reward 0 as if the agent had tried. Now: the apiserver
+    refuses a value past the CRD's length, the operator fails the Trial `TrialInvalid` at
+    once naming the field, a task.toml env table of either is `TaskInvalid`, and a plain one
+    beside them scores 1."""
+    from kubernetes.client.rest import ApiException
+
+    files = {
+        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n',
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": "#!/bin/bash\n[ -e /tmp/solved ] && echo 1 > /logs/verifier/reward.txt"
+                         " || echo 0 > /logs/verifier/reward.txt\n",
+        "solution/solve.sh": "#!/bin/bash\necho ${#BIG}; touch /tmp/solved\n"}
+    shipyard.task("env-sizes", files)
+    try:
+        shipyard.trial("env-past-crd", "env-sizes",
+                       agent={"name": "oracle", "env": [{"name": "BIG", "value": "x" * 140_000}]})
+        raise AssertionError("the apiserver took a value past the CRD's maxLength")
+    except ApiException as e:
+        assert e.status == 422 and "spec.agent.env[0].value" in e.body, e.body[:500]
+    refused = {
+        "env-too-big": ({"agent": {"name": "oracle", "env": [
+            {"name": "BIG", "value": "x" * 131_070}]}},
+            "spec.agent.env.0: Value error, BIG: 131,075 bytes with its name: Linux lets one "
+            "environment variable hold at most 131,072"),
+        "env-nul": ({"verifier": {"env": [{"name": "NUL", "value": "a\u0000b"}]}},
+                    "spec.verifier.env.0: Value error, NUL: holds a NUL byte"),
+    }
+    for name, (spec, _) in refused.items():
+        shipyard.trial(name, "env-sizes", **spec)
+    shipyard.task("env-nul-task", {**files, "task.toml": files["task.toml"] + (
+        '[environment.env]\nNUL = "a\\u0000b"\n')})
+    shipyard.trial("env-nul-task-oracle", "env-nul-task")
+    shipyard.trial("env-fine", "env-sizes",
+                   agent={"name": "oracle", "env": [{"name": "BIG", "value": "x" * 100_000}]})
+    for name, (_, message) in refused.items():
+        trial = shipyard.wait(name, timeout=60)
+        failed = condition(trial, "Failed")
+        assert failed is not None and failed["reason"] == "TrialInvalid", brief(trial["status"])
+        assert message in failed["message"], failed["message"]
+        assert not trial["status"].get("podName"), brief(trial["status"])
+    trial = shipyard.wait("env-nul-task-oracle", timeout=60)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "TaskInvalid", brief(trial["status"])
+    assert "environment.env" in failed["message"] and "NUL byte" in failed["message"], failed
+    trial = shipyard.wait("env-fine", timeout=120)
+    assert trial["status"].get("reward") == 1, brief(trial["status"])

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from shipyard.agents import BUILT_IN_AGENTS, INSTALLED_AGENTS
+from shipyard.taskformat.envtemplates import MAX_ENV_VAR_BYTES, env_var_problem
 
 GROUP = "shipyard.dev"
 VERSION = "v1alpha1"
@@ -148,7 +149,13 @@ AgentName = Literal[(*BUILT_IN_AGENTS, *INSTALLED_AGENTS)]  # type: ignore[valid
 
 class EnvVar(Model):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    value: str = ""
+    value: str = Field(default="", max_length=MAX_ENV_VAR_BYTES)
+
+    @model_validator(mode="after")
+    def _startable(self) -> EnvVar:
+        if (problem := env_var_problem(self.name, self.value)) is not None:
+            raise ValueError(f"{self.name}: {problem}")
+        return self
 
 
 class SecretEnvSource(Model):

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, WrapValidator, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from shipyard.taskformat.envtemplates import EnvTable
 from shipyard.taskformat.errors import FieldValueError
 from shipyard.taskformat.network import (
     ONLY_WITH_ALLOWLIST,
@@ -191,7 +192,7 @@ class EnvironmentConfig(BaselineNetworkPolicyConfig):
     gpu_types: list[str] | None = None
     tpu: TpuSpec | None = None
     mcp_servers: list[MCPServerConfig] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvTable = Field(default_factory=dict)
     skills_dir: str | None = None
     healthcheck: HealthcheckConfig | None = None
     workdir: str | None = None

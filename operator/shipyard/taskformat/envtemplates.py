@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 # Like Harbor, only a value that is entirely one template is resolved; text around a
 # template (``"Bearer ${TOKEN}"``) leaves the value as it is.
@@ -38,3 +41,30 @@ def resolve_env_templates(mapping: Mapping[str, str], environ: Mapping[str, str]
         else:
             raise MissingEnvVar(key, name)
     return resolved
+
+
+MAX_ENV_VAR_BYTES = 128 * 1024
+"""What Linux lets one `NAME=value` of a process's environment hold (MAX_ARG_STRLEN, with its
+NUL): past it no process starts (`argument list too long`)."""
+
+
+def env_var_problem(name: str, value: str) -> str | None:
+    """Why no process could be started with `name=value` in its environment (None: it can)."""
+    if "\0" in value:
+        return "holds a NUL byte, which no process's environment can hold"
+    size = len(f"{name}={value}".encode()) + 1
+    if size > MAX_ENV_VAR_BYTES:
+        return (f"{size:,} bytes with its name: Linux lets one environment variable hold at "
+                f"most {MAX_ENV_VAR_BYTES:,}, so no process could start with it")
+    return None
+
+
+def _startable(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if (problem := env_var_problem(name, value)) is not None:
+            raise ValueError(f"{name}: {problem}")
+    return env
+
+
+EnvTable = Annotated[dict[str, str], AfterValidator(_startable)]
+"""An env table of task.toml: each value one a process can be started with."""

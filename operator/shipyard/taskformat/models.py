@@ -34,6 +34,7 @@ from shipyard.taskformat.environment import (
     PhaseNetworkPolicyConfig,
     PositiveSeconds,
 )
+from shipyard.taskformat.envtemplates import EnvTable
 from shipyard.taskformat.errors import (
     FieldValueError,
     from_validation_error,
@@ -108,7 +109,7 @@ class PackageInfo(BaseModel):
 class SolutionConfig(BaseModel):
     """``[solution]``: env for the oracle's solve script (``${VAR}`` templates allowed)."""
 
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvTable = Field(default_factory=dict)
 
 
 class AgentConfig(PhaseNetworkPolicyConfig):
@@ -138,7 +139,7 @@ class VerifierConfig(PhaseNetworkPolicyConfig):
     """``[verifier]`` and ``[steps.verifier]``."""
 
     timeout_sec: PositiveSeconds = 600.0
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvTable = Field(default_factory=dict)
     user: User = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
