@@ -270,12 +270,11 @@ func supervise(id string) {
 			rc = 1
 		}
 	} else if err := cmd.Start(); err != nil {
+		// The runner's failure, not the phase's (no /bin/sh, an environment no process can
+		// hold): 126 with its line, which fails the phase as the runner's, never as the
+		// command's own exit code (an oracle's is recorded and the trial verified).
 		fmt.Fprintf(out, "shipyard runner: phase %s could not start: %v\n", id, err)
-		rc = 127
-		var pe *os.PathError
-		if errors.As(err, &pe) && errors.Is(pe.Err, syscall.EACCES) {
-			rc = 126
-		}
+		rc = 126
 	} else {
 		writeFile(s+"/pid", fmt.Sprintf("%d\n", cmd.Process.Pid))
 		child := cmd.Process.Pid

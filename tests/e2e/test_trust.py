@@ -950,3 +950,30 @@ def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shi
     assert "environment.env" in failed["message"] and "NUL byte" in failed["message"], failed
     trial = shipyard.wait("env-fine", timeout=120)
     assert trial["status"].get("reward") == 1, brief(trial["status"])
+
+
+
+def test_a_phase_the_runner_cannot_start_fails_the_trial_saying_why(shipyard):
+    """Failures explained: a root agent that deletes /bin/sh. The runner could not start the
+    verifier's phase and exited 127, like the shell's `not found`, as if the test script had
+    run and failed. It is now the runner's failure (126 with its line): the trial fails
+    naming it, with no reward. An image without /bin/sh fails its environment phase so."""
+    files = {
+        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n',
+        "instruction.md": "Nothing.\n",
+        "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        "solution/solve.sh": "#!/bin/bash\nrm -f /usr/bin/sh /bin/sh\n"}
+    shipyard.task("no-sh-later", files)
+    shipyard.task("no-sh", {**files, "task.toml": (
+        'schema_version = "1.4"\n[environment]\nbuild_timeout_sec = 300\n'),
+        "environment/Dockerfile": ('FROM python:3.12-slim\n'
+                                   'RUN ["/usr/bin/rm", "-f", "/usr/bin/sh", "/bin/sh"]\n')})
+    shipyard.trial("no-sh-later-oracle", "no-sh-later")
+    shipyard.trial("no-sh-oracle", "no-sh")
+    for name, reason in (("no-sh-later-oracle", "VerifierFailed"),
+                         ("no-sh-oracle", "EnvironmentSetupFailed")):
+        trial = shipyard.wait(name, timeout=300)
+        failed = condition(trial, "Failed")
+        assert failed is not None and failed["reason"] == reason, brief(trial["status"])
+        assert "could not start: fork/exec /bin/sh" in failed["message"], failed
+        assert trial["status"].get("rewards") is None, brief(trial["status"])
