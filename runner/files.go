@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -66,7 +67,17 @@ func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05Z") }
 
 // tail: the last n bytes of a file.
 func tail(path string, n int64) ([]byte, int64, error) {
-	f, err := os.Open(path)
+	return tailOpened(path, n, 0)
+}
+
+// tailRegular: `tail` of a regular file only, never through a link (one swapped in after the
+// folder was listed is not followed): a collected folder's files.
+func tailRegular(path string, n int64) ([]byte, int64, error) {
+	return tailOpened(path, n, syscall.O_NOFOLLOW|syscall.O_NONBLOCK)
+}
+
+func tailOpened(path string, n int64, flags int) ([]byte, int64, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|flags, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -74,6 +85,9 @@ func tail(path string, n int64) ([]byte, int64, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, 0, err
+	}
+	if flags != 0 && !st.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("%s: not a regular file", path)
 	}
 	size := st.Size()
 	if n < 0 {

@@ -486,8 +486,8 @@ func result(id string, limit, wait int64) {
 	if redacting {
 		patterns = secretPatterns(P.drops)
 	}
-	emit := func(name, file string, keep, limit int64) {
-		data, size, err := tail(file, limit)
+	emit := func(name, file string, keep, limit int64, read func(string, int64) ([]byte, int64, error)) {
+		data, size, err := read(file, limit)
 		if err != nil {
 			return
 		}
@@ -501,7 +501,7 @@ func result(id string, limit, wait int64) {
 	}
 	output := stateDir(id) + "/output"
 	if isFile(output) {
-		emit("output", output, outputLimit, min(limit, outputLimit))
+		emit("output", output, outputLimit, min(limit, outputLimit), tail)
 	}
 	collect := lines(phaseDir(id) + "/collect")
 	named := map[string]bool{}
@@ -513,10 +513,10 @@ func result(id string, limit, wait int64) {
 			// A folder: the rest of what the phase wrote there (Harbor keeps the verifier's
 			// whole folder), bounded in number and size.
 			for _, name := range folderFiles(f, named) {
-				emit(f+name, f+name, -1, min(limit, folderFileLimit))
+				emit(f+name, f+name, -1, min(limit, folderFileLimit), tailRegular)
 			}
 		} else if f != "" && isFile(f) {
-			emit(f, f, -1, limit)
+			emit(f, f, -1, limit, tail)
 		}
 	}
 	if carried {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -138,5 +139,24 @@ func TestAFolderInTheCollectListGivesItsOtherRegularFiles(t *testing.T) {
 	}
 	if strings.Join(headers, ",") != strings.Join(want, ",") {
 		t.Fatalf("files: %v\nwant %v", headers, want)
+	}
+}
+
+func TestAFoldersFileIsReadOnlyAsARegularFileNeverThroughALinkOrAFifo(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(dir+"/real", "secret\n")
+	if err := os.Symlink(dir+"/real", dir+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(dir+"/fifo", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"link", "fifo"} {
+		if data, _, err := tailRegular(dir+"/"+name, 100); err == nil {
+			t.Fatalf("%s read: %q", name, data)
+		}
+	}
+	if data, size, err := tailRegular(dir+"/real", 100); err != nil || string(data) != "secret\n" || size != 7 {
+		t.Fatalf("a regular file: %q %d %v", data, size, err)
 	}
 }

@@ -10,6 +10,8 @@ import os
 import re
 import time
 
+import pytest
+
 from shipyard.api.conventions import LABEL_TRIAL, label_value
 from tests.e2e.conftest import TEST_IMAGE, brief, condition
 
@@ -917,12 +919,11 @@ def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shi
                          " || echo 0 > /logs/verifier/reward.txt\n",
         "solution/solve.sh": "#!/bin/bash\necho ${#BIG}; touch /tmp/solved\n"}
     shipyard.task("env-sizes", files)
-    try:
+    with pytest.raises(ApiException) as refused_by_crd:  # past the CRD's maxLength
         shipyard.trial("env-past-crd", "env-sizes",
                        agent={"name": "oracle", "env": [{"name": "BIG", "value": "x" * 140_000}]})
-        raise AssertionError("the apiserver took a value past the CRD's maxLength")
-    except ApiException as e:
-        assert e.status == 422 and "spec.agent.env[0].value" in e.body, e.body[:500]
+    e = refused_by_crd.value
+    assert e.status == 422 and "spec.agent.env[0].value" in e.body, e.body[:500]
     refused = {
         "env-too-big": ({"agent": {"name": "oracle", "env": [
             {"name": "BIG", "value": "x" * 131_070}]}},

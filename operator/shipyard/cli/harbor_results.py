@@ -294,17 +294,19 @@ def harbor_log_path(key: str, agent: str) -> str | None:
     names = {"agent.log": f"agent/{agent}.txt", "agent.trajectory.json": "agent/trajectory.json",
              "verifier.log": "verifier/test-stdout.txt",
              **{f"verifier.{n}": f"verifier/{n}" for n in VERIFIER_REPORT_NAMES}}
-    for suffix, path in names.items():
-        if key == suffix:
-            return path
-        if key.endswith("." + suffix):
-            return f"steps/{key.removesuffix('.' + suffix)}/{path}"
-    folder = "verifier" + FOLDER_FILE_INFIX  # another file of the verifier's folder
+    # Another file of the verifier's folder first: its name is anyone's (an agent can leave
+    # `x.agent.trajectory.json` there), and must not read as another key's suffix.
+    folder = "verifier" + FOLDER_FILE_INFIX
     if key.startswith(folder):
         return f"verifier/{key.removeprefix(folder)}" if key != folder else None
     step, found, name = key.partition("." + folder)
     if found and step and name:
         return f"steps/{step}/verifier/{name}"
+    for suffix, path in names.items():
+        if key == suffix:
+            return path
+        if key.endswith("." + suffix):
+            return f"steps/{key.removesuffix('.' + suffix)}/{path}"
     return None
 
 

@@ -709,6 +709,9 @@ def _logs(spec: PhaseSpec, result: PhaseStatus, plan: TrialPlan) -> dict[str, st
     return logs
 
 
+MIN_FOLDER_FILE_BYTES = 256
+
+
 def _folder_logs(spec: PhaseSpec, result: PhaseStatus, folder: str, budget: int
                  ) -> dict[str, str]:
     """The other files the runner gave of a collected folder (the verifier's), in name order,
@@ -718,11 +721,11 @@ def _folder_logs(spec: PhaseSpec, result: PhaseStatus, folder: str, budget: int
     from shipyard.render.pod import truncate_log
 
     kept: dict[str, str] = {}
+    room = budget
     for path in sorted(p for p in result.files if p.startswith(folder)
                        and p not in spec.collect):
         f = result.files[path]
         key = folder_file_key(spec, path[len(folder):])
-        room = budget - sum(len(v.encode()) for v in kept.values())
         if not key or room <= MIN_FOLDER_FILE_BYTES + MARKER_ROOM or b"\0" in f.content:
             continue
         text = f.text()
@@ -731,10 +734,8 @@ def _folder_logs(spec: PhaseSpec, result: PhaseStatus, folder: str, budget: int
                 continue
             text = truncate_log(text, f.size, room - MARKER_ROOM)
         kept[key] = text
+        room -= len(text.encode())
     return kept
-
-
-MIN_FOLDER_FILE_BYTES = 256
 
 
 def _tail(text: str, limit: int = 2000) -> str:

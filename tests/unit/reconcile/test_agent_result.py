@@ -134,6 +134,8 @@ def test_codex_stream_becomes_an_atif_trajectory() -> None:
     ("verifier.file.reward-details.json", "verifier/reward-details.json"),
     ("s.1.verifier.file.sites.log", "steps/s.1/verifier/sites.log"),
     ("verifier.file.", None),
+    ("verifier.file.x.agent.trajectory.json", "verifier/x.agent.trajectory.json"),
+    ("s.verifier.file.y.verifier.log", "steps/s/verifier/y.verifier.log"),
     ("other", None),
 ])
 def test_logs_go_to_harbors_trial_directory(key: str, path: str | None) -> None:
