@@ -34,7 +34,11 @@ def load_toml(text: str, file: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise TaskFormatError(f"invalid TOML: {exc}", file=file) from None
+        hint = ""
+        if text.startswith("\ufeff"):  # Harbor reads the text as it is and refuses it too
+            hint = ("; the file starts with a UTF-8 byte order mark (BOM), which TOML does not "
+                    "allow: save it as UTF-8 without a BOM")
+        raise TaskFormatError(f"invalid TOML: {exc}{hint}", file=file) from None
     except RecursionError:
         raise _too_deep(file) from None
     check_shape(data, file, aliases=False)

@@ -41,6 +41,15 @@ def test_toml_syntax_error() -> None:
     assert "line 1" in error.reason
 
 
+def test_a_byte_order_mark_is_named() -> None:
+    """Harbor refuses such a task.toml too (tomllib on the text as read); the reason says why
+    the first line, which looks right in an editor, is refused."""
+    error = config_error("\ufeff[task]\nname = 'a/b'\n")
+    assert error.reason.startswith("invalid TOML: Invalid statement (at line 1, column 1)")
+    assert "byte order mark (BOM)" in error.reason
+    assert "BOM" not in config_error("[environment\nos = 1").reason
+
+
 def test_pydantic_messages_are_short_and_without_urls() -> None:
     error = config_error("[agent]\ntimeout_sec = 'soon'")
     assert str(error) == (
