@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterdns import kubelet_has_cluster_dns
 from clusterdns import kubelet_settings as kubelet_dns_settings
 from imagebuilds import buildkitd_argv, registry_argv
 from imagebuilds import write_configs as write_build_configs
@@ -69,6 +70,22 @@ state = "{layout.run / 'containerd'}"
 {containerd_mirror_settings(layout)}"""
 
 
+POD_PIDS_LIMIT = 2048
+"""Processes and threads a pod may hold (the kubelet's `podPidsLimit`, Kubernetes' own bound;
+docs/trust.md, "A fork bomb stays in its pod"): without it one agent's fork bomb takes every
+PID of the node (32768 here) and with them the kubelet, the runtime and every other trial."""
+
+
+def kubelet_lacks(configz: dict) -> list[str]:
+    """What a running kubelet (its /configz answer) lacks of this configuration, for `up` to
+    restart it once; an answer without `podPidsLimit` (none came) counts as having it."""
+    missing = [] if kubelet_has_cluster_dns(configz) else ["the cluster DNS"]
+    pids = (configz.get("kubeletconfig") or {}).get("podPidsLimit", POD_PIDS_LIMIT)
+    if pids != POD_PIDS_LIMIT:
+        missing.append(f"podPidsLimit {POD_PIDS_LIMIT}")
+    return missing
+
+
 def _kubelet_config(layout: Layout) -> str:
     pki = layout.pki
     return f"""apiVersion: kubelet.config.k8s.io/v1beta1
@@ -92,6 +109,7 @@ containerRuntimeEndpoint: unix://{layout.containerd_sock}
 imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}
 maxPods: 250
+podPidsLimit: {POD_PIDS_LIMIT}
 serializeImagePulls: false
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 10s

@@ -499,17 +499,19 @@ def _containerd_toml(layout: Layout) -> str:
 
 def ensure_cluster_dns(layout: Layout) -> None:
     """CoreDNS and the kube-dns Service (clusterdns.py); a kubelet started before the cluster
-    had DNS is restarted once to read its `clusterDNS`."""
+    had DNS, or before its pods had a PID limit, is restarted once to read its configuration."""
     try:
         clusterdns.apply(layout, str(layout.binary("kubectl")))
         operator_defaults.apply(layout, str(layout.binary("kubectl")))
     except (RuntimeError, BuildError) as e:
         raise ClusterError(str(e)) from None
-    if not clusterdns.kubelet_has_cluster_dns(_kubelet_configz(layout)):
-        from components import _kubelet_config
+    from components import _kubelet_config, kubelet_lacks
 
+    missing = kubelet_lacks(_kubelet_configz(layout))
+    if missing:
         (layout.state / "kubelet.yaml").write_text(_kubelet_config(layout))
-        print("  restarting kubelet once: it started without the cluster DNS", flush=True)
+        print(f"  restarting kubelet once: it started without {' and '.join(missing)}",
+              flush=True)
         restart("kubelet")
 
 

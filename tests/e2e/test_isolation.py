@@ -164,6 +164,43 @@ def test_an_agent_over_its_memory_is_oom_killed_and_reported(shipyard):
         assert condition(trial, "Failed")["reason"] == "OOMKilled", status
 
 
+# A fork bomb in the phase's shell (dash): each call starts two more in the background.
+BOMB = "b() { b | b & }; b"
+
+
+def test_a_fork_bomb_stays_in_its_pod_and_its_trial_still_gets_its_reward(shipyard):
+    """An agent that fork-bombs, and one that bombs then waits for its timeout, each hold at
+    most the pod's PIDs (the kubelet's podPidsLimit, docs/trust.md): the node, the runner and
+    a trial beside them go on. The bomb is ended with the phase (the runner's sweep stops
+    before it kills: a forking loop cannot outrun it) and the real test scores what the agent
+    left, as Harbor verifies after an agent's timeout too."""
+    shipyard.task("bomb", task_files(
+        "grep -q ok /tmp/out && echo 1 > /logs/verifier/reward.txt"
+        " || echo 0 > /logs/verifier/reward.txt\n"
+        'echo "processes now: $(ls /proc | grep -c \'^[0-9]\')"\n',
+        solve_sh="echo ok > /tmp/out\n", agent_timeout=25))
+    shipyard.trial("bomb-left", "bomb", {"name": "command",
+                                         "command": f"echo ok > /tmp/out\n{BOMB}\nsleep 5"})
+    shipyard.trial("bomb-waits", "bomb", {"name": "command",
+                                          "command": f"echo ok > /tmp/out\n{BOMB}\nsleep 600"})
+    shipyard.trial("bomb-calm", "bomb")
+    for name in ("bomb-left", "bomb-waits", "bomb-calm"):
+        trial = shipyard.wait(name, timeout=240)
+        status = trial["status"]
+        assert status["phase"] == "Completed" and status["rewards"] == {"reward": 1}, status
+        logs = shipyard.core.read_namespaced_config_map(status["logsConfigMap"],
+                                                        shipyard.namespace).data
+        # the verifier ran with the bomb gone: a handful of processes, not thousands
+        count = int(logs["verifier.log"].split("processes now: ")[1].split()[0])
+        assert count < 50, logs["verifier.log"]
+        if name != "bomb-calm":  # the bomb met the pod's limit (dash: "Cannot fork")
+            assert "Cannot fork" in logs["agent.log"], logs["agent.log"][-2000:]
+        if name == "bomb-waits":
+            assert status["error"]["type"] == "AgentTimeoutError", status
+    node = shipyard.core.read_node("localhost")
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
 def test_the_apiserver_is_unreachable_from_a_public_trial(shipyard):
     """Under `public` (egress anywhere) the apiserver's Service IP and endpoints stay blocked.
     The probe's own control: a server in the pod answers the same probe."""

@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
 
 import clusterdns  # noqa: E402
+import components  # noqa: E402
 import imagebuilds  # noqa: E402
 import mirrors  # noqa: E402
 
@@ -45,6 +46,18 @@ def test_a_kubelet_without_the_cluster_dns_is_told_apart():
     assert not clusterdns.kubelet_has_cluster_dns({"kubeletconfig": {}})
     assert clusterdns.kubelet_has_cluster_dns(
         {"kubeletconfig": {"clusterDNS": [clusterdns.DNS_SERVICE_IP]}})
+
+
+def test_a_kubelet_without_the_pod_pids_limit_is_restarted_once_by_up():
+    dns = {"clusterDNS": [clusterdns.DNS_SERVICE_IP]}
+    limit = components.POD_PIDS_LIMIT
+    assert components.kubelet_lacks({"kubeletconfig": {**dns, "podPidsLimit": limit}}) == []
+    assert components.kubelet_lacks({"kubeletconfig": {**dns, "podPidsLimit": -1}}) == [
+        f"podPidsLimit {limit}"]
+    assert components.kubelet_lacks({"kubeletconfig": {"podPidsLimit": -1}}) == [
+        "the cluster DNS", f"podPidsLimit {limit}"]
+    # the configuration a cold `up` writes carries it
+    assert f"podPidsLimit: {limit}\n" in components._kubelet_config(components.Layout.default())
 
 
 def test_every_stand_in_is_labelled_and_the_common_bases_have_one():
