@@ -157,6 +157,44 @@ def buildkitd_cgroup() -> Path:
     return cgroup2_mount() / BUILDKITD_CGROUP
 
 
+BUILD_CGROUP = "buildkit"
+"""Where buildkitd's runc puts each `RUN` container (`/buildkit/<id>`, from the root of each
+hierarchy, not under buildkitd's own cgroup)."""
+BUILD_PIDS_LIMIT = 4096
+"""Processes and threads of every `RUN` step at once: a task's Dockerfile that fork-bombs
+(`RUN b() { b | b & }; b`) fails its own build instead of taking the node's PIDs (on a real
+cluster buildkitd is a pod, held by the kubelet's podPidsLimit: docs/trust.md)."""
+
+
+def build_pids_group() -> tuple[Path, Path | None] | None:
+    """The pids cgroup every `RUN` container goes under, and (cgroup v2) the root whose
+    subtree_control must hand it the pids controller; None without a pids controller."""
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        return v1 / BUILD_CGROUP, None
+    with contextlib.suppress(OSError, RuntimeError):
+        root = cgroup2_mount()
+        if "pids" in (root / "cgroup.controllers").read_text().split():
+            return root / BUILD_CGROUP, root
+    return None
+
+
+def limit_build_processes() -> bool:
+    """Hold every `RUN` step of every build to BUILD_PIDS_LIMIT processes together
+    (idempotent; runc makes each container's cgroup inside this one). False: no pids
+    controller here."""
+    found = build_pids_group()
+    if found is None:
+        return False
+    group, v2_root = found
+    if v2_root is not None and "pids" not in (v2_root / "cgroup.subtree_control").read_text():
+        (v2_root / "cgroup.subtree_control").write_text("+pids")
+    group.mkdir(exist_ok=True)
+    if (group / "pids.max").read_text().strip() != str(BUILD_PIDS_LIMIT):
+        (group / "pids.max").write_text(str(BUILD_PIDS_LIMIT))
+    return True
+
+
 def confine(pid: int) -> bool:
     """Move buildkitd (all its threads) into its cgroup; True when it was moved, False when it
     was there already. Sockets it opens from then on carry the cgroup."""

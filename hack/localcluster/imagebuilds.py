@@ -293,11 +293,15 @@ def _buildkitd_config_text(layout: Layout) -> str:
 
 
 def ensure_build_network(layout: Layout) -> None:
-    """The build bridge's CNI config, its firewall chain and buildkitd's certificates
-    (idempotent; on every `up`, also when the running cluster is reused)."""
+    """The build bridge's CNI config, its firewall chain, the `RUN` steps' PID limit and
+    buildkitd's certificates (idempotent; on every `up`, also when the running cluster is
+    reused)."""
     ensure_buildkit_pki(layout.pki)
     buildnet.write_config(layout)
     buildnet.apply()
+    if not buildnet.limit_build_processes():
+        print("  warning: no pids cgroup controller: build steps' processes are not limited",
+              flush=True)
 
 
 def registry_argv(layout: Layout) -> list[str]:

@@ -443,3 +443,24 @@ def test_a_build_cannot_connect_to_a_concurrent_builds_run_step(shipyard, namesp
     assert listen["status"] == "True", listen
     (log,) = [text for text in build_pod_logs(shipyard, namespace) if "LISTENER-DONE" in text]
     assert log.count("SELF-OK") >= 2 and "FOREIGN-CONNECTION" not in log, log[-3000:]
+
+
+def test_a_dockerfile_that_fork_bombs_holds_only_the_builds_pids(shipyard, namespace):
+    """A RUN step that fork-bombs meets the build steps' PID limit
+    (`buildnet.BUILD_PIDS_LIMIT`; dash says `Cannot fork`) instead of taking the node's: the
+    step's own `sleep`, started first, ends it, the image is built and pushed, and a trial of
+    it scores as usual with the node Ready."""
+    nonce = uuid.uuid4().hex
+    shipyard.task("bomb-build", build_task(
+        "FROM python:3.12-slim\n"
+        f"RUN echo {nonce}; sleep 15 & s=$!; b() {{ b | b & }}; b; wait $s; "
+        f"echo BOMB-OVER {nonce}\n"))
+    built = condition_any(wait_images(shipyard, "bomb-build", timeout=300), "ImagesReady")
+    assert built["status"] == "True", built
+    (log,) = [text for text in build_pod_logs(shipyard, namespace) if nonce in text]
+    assert f"BOMB-OVER {nonce}" in log and "Cannot fork" in log, log[-3000:]
+    shipyard.trial("bomb-build-oracle", "bomb-build")
+    status = shipyard.wait("bomb-build-oracle", timeout=180)["status"]
+    assert status["phase"] == "Completed" and status["rewards"] == {"reward": 1}, status
+    node = shipyard.core.read_node("localhost")
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
