@@ -13,7 +13,7 @@ import time
 import pytest
 
 from shipyard.api.conventions import LABEL_TRIAL, label_value
-from tests.e2e.conftest import TEST_IMAGE, brief, condition
+from tests.e2e.conftest import TEST_IMAGE, brief, condition, task_files
 
 EXPECTED = "7c1e-answer-key"
 
@@ -339,6 +339,27 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
         assert "not retried" in failed["message"], failed
         assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), name
         assert no_pod_left(shipyard, name), name
+
+
+def test_an_agent_over_its_storage_limit_gets_no_free_retry(shipyard):
+    """The kubelet evicts a pod that writes past its own ephemeral-storage limit (the task's
+    storage_mb): that is the agent's doing, like an OOM kill, so the trial fails AgentFailed
+    naming the limit, and is not retried as a PodLost although the Trial allows retries
+    (it was: each retry a free re-roll for an agent that filled its disk)."""
+    shipyard.task("disk", task_files("echo 1 > /logs/verifier/reward.txt\n",
+                                     toml_extra="storage_mb = 64\n", agent_timeout=120))
+    shipyard.trial("disk-hog", "disk", {
+        "name": "command",
+        "command": "dd if=/dev/zero of=/hog bs=1M count=200 2>&1; sync; sleep 100"},
+        retries=2)
+    trial = shipyard.wait("disk-hog", timeout=240)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "AgentFailed", brief(trial["status"])
+    assert "ephemeral local storage" in failed["message"], failed
+    assert "storage_mb" in failed["message"] and "not retried" in failed["message"], failed
+    assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), (
+        brief(trial["status"]))
+    assert no_pod_left(shipyard, "disk-hog")
 
 
 def _rss_kib(pid: int) -> int:

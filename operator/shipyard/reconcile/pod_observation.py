@@ -62,8 +62,9 @@ class PodObservation:
     service_failure: str | None = None
     """A docker-compose service that failed to start (`service_failure`)."""
     container_exit: bool = False
-    """`lost` because a container of the pod ended by itself (neither OOM-killed, nor the pod
-    deleted, evicted or its node lost): what ran in the pod ended it (issue 22, class 7)."""
+    """`lost` because of what ran in the pod (issue 22, class 7): a container ended by itself
+    (neither OOM-killed, nor the pod deleted, evicted or its node lost), or the kubelet evicted
+    the pod for going over its own storage limits (`over_own_limit`), not the node's."""
     runner: str | None = None
     """The runner ConfigMap the pod mounts (content-addressed: which runner it has; a pod made
     by an older operator keeps an older one)."""
@@ -92,14 +93,19 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         # Without a pod message (e.g. a container the kubelet could not start while it
         # restarted: StartError), the first terminated container says what happened.
         detail = status.get("message") or _terminated(status) or "no message"
-        lost = f"the environment pod stopped ({why}): {detail}"
+        lost = f"the environment pod stopped ({why}): {detail.strip()}"
+        if over_own_limit(status) and "EmptyDir" not in detail:
+            lost += (" (the task's storage_mb, or the Trial's "
+                     "spec.environment.overrideStorageMb)")
     image_pull_error = config_error = None
     image_pull_permanent = False
-    # The pod's own `reason` (Evicted, NodeLost, Shutdown...) says the cluster ended it.
-    container_exit = not meta.get("deletionTimestamp") and not status.get("reason") and any(
-        "terminated" in (cs.get("state") or {})
-        and (cs["state"]["terminated"].get("reason") or "") != "OOMKilled"
-        for cs in status.get("containerStatuses") or [])
+    # The pod's own `reason` (Evicted, NodeLost, Shutdown...) says the cluster ended it,
+    # unless it was evicted for its own storage limit: what ran in it wrote too much.
+    container_exit = not meta.get("deletionTimestamp") and (over_own_limit(status) or (
+        not status.get("reason") and any(
+            "terminated" in (cs.get("state") or {})
+            and (cs["state"]["terminated"].get("reason") or "") != "OOMKilled"
+            for cs in status.get("containerStatuses") or [])))
     main_statuses = status.get("containerStatuses") or []
     # Init containers too: a docker-compose sidecar's image may not pull either.
     for cs in [*main_statuses, *(status.get("initContainerStatuses") or [])]:
@@ -141,6 +147,22 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
         go_runner=go_runner_of(pod.get("spec") or {}),
     )
+
+
+OWN_LIMIT_EVICTIONS = (
+    "ephemeral local storage usage exceeds the total limit of containers",
+    "exceeded its local ephemeral storage limit",
+    "Usage of EmptyDir volume",
+)
+"""The kubelet's words (`pkg/kubelet/eviction`) when it evicts a pod for the pod's own limits:
+its containers' `ephemeral-storage` (the task's storage_mb) or an emptyDir's sizeLimit. A
+node low on disk or memory evicts with "The node was low on resource" instead: the cluster's."""
+
+
+def over_own_limit(status: dict[str, Any]) -> bool:
+    """The pod was evicted for going over its own storage limits (`OWN_LIMIT_EVICTIONS`)."""
+    message = status.get("message") or ""
+    return status.get("reason") == "Evicted" and any(w in message for w in OWN_LIMIT_EVICTIONS)
 
 
 def go_runner_of(spec: dict[str, Any]) -> str | None:

@@ -57,6 +57,31 @@ def test_evicted_pod_is_lost_with_the_reason() -> None:
     assert "ephemeral-storage" in seen.lost
 
 
+def test_a_node_low_on_disk_is_the_clusters_loss_a_pod_over_its_own_limit_is_its_codes() -> None:
+    """Evicted for the node's pressure: lost, retried. Evicted for the pod's own storage limit
+    (the agent wrote more than the task's storage_mb, or into an emptyDir past its size
+    limit): what ran in the pod ended it (`container_exit`), never a free retry."""
+    node = observe_pod(pod(phase="Failed", status={
+        "phase": "Failed", "reason": "Evicted",
+        "message": "The node was low on resource: ephemeral-storage. Threshold quantity: "
+                   "2Gi, available: 1Gi. "}))
+    assert node.lost and not node.container_exit
+    for message in (
+            "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. ",
+            'Container main exceeded its local ephemeral storage limit "64Mi". ',
+            'Usage of EmptyDir volume "shipyard" exceeds the limit "32Mi". '):
+        own = observe_pod(pod(phase="Failed", status={
+            "phase": "Failed", "reason": "Evicted", "message": message}))
+        assert own.container_exit, message
+        assert own.lost.startswith(f"the environment pod stopped (Evicted): {message.strip()}")
+        assert ("storage_mb" in own.lost) == ("EmptyDir" not in message), own.lost
+    # the same words from anything but an eviction (a pod's own text) decide nothing
+    other = observe_pod(pod(phase="Failed", status={
+        "phase": "Failed", "reason": "NodeLost",
+        "message": "exceeded its local ephemeral storage limit"}))
+    assert other.lost and not other.container_exit
+
+
 def test_a_failed_pod_without_a_message_says_what_its_container_did() -> None:
     """A kubelet restarted while it started the container (chaos, issue 13): StartError."""
     seen = observe_pod(pod(phase="Failed", status={
