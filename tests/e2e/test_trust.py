@@ -360,6 +360,23 @@ def test_an_agent_over_its_storage_limit_gets_no_free_retry(shipyard):
     assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), (
         brief(trial["status"]))
     assert no_pod_left(shipyard, "disk-hog")
+    # A task that declares no storage_mb is bounded by the namespace's LimitRange default, as
+    # operations.md advises for trial namespaces (Harbor sets no storage limit): the same.
+    shipyard.core.create_namespaced_limit_range(shipyard.namespace, {
+        "metadata": {"name": "trial-disk"},
+        "spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "64Mi"},
+                             "defaultRequest": {"ephemeral-storage": "16Mi"}}]}})
+    shipyard.task("disk-undeclared", task_files("echo 1 > /logs/verifier/reward.txt\n",
+                                                agent_timeout=120))
+    shipyard.trial("disk-hog-ns", "disk-undeclared", {
+        "name": "command",
+        "command": "dd if=/dev/zero of=/hog bs=1M count=200 2>&1; sync; sleep 100"},
+        retries=2)
+    trial = shipyard.wait("disk-hog-ns", timeout=240)
+    failed = condition(trial, "Failed")
+    assert failed is not None and failed["reason"] == "AgentFailed", brief(trial["status"])
+    assert "LimitRange" in failed["message"] and "not retried" in failed["message"], failed
+    assert trial["status"]["attempt"] == 1, brief(trial["status"])
 
 
 def _rss_kib(pid: int) -> int:

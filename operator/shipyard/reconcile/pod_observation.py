@@ -95,8 +95,8 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         detail = status.get("message") or _terminated(status) or "no message"
         lost = f"the environment pod stopped ({why}): {detail.strip()}"
         if over_own_limit(status) and "EmptyDir" not in detail:
-            lost += (" (the task's storage_mb, or the Trial's "
-                     "spec.environment.overrideStorageMb)")
+            lost += (" (the pod's ephemeral-storage limit: the task's storage_mb, the Trial's "
+                     "spec.environment.overrideStorageMb or the namespace's LimitRange)")
     image_pull_error = config_error = None
     image_pull_permanent = False
     # The pod's own `reason` (Evicted, NodeLost, Shutdown...) says the cluster ended it,
