@@ -260,7 +260,7 @@ func supervise(id string) {
 	}
 	oomBefore := oomKills()
 	var timedOut atomic.Bool
-	rc := 0
+	rc, child := 0, 0
 	if exists(p + "/command.ops") {
 		// The collect phase: Shipyard's own steps (its hooks are task code, run as their user).
 		if err := runOps(p+"/command.ops", p+"/payload", environ, out); err != nil {
@@ -277,7 +277,7 @@ func supervise(id string) {
 		rc = 126
 	} else {
 		writeFile(s+"/pid", fmt.Sprintf("%d\n", cmd.Process.Pid))
-		child := cmd.Process.Pid
+		child = cmd.Process.Pid
 		var timer *time.Timer
 		if t, err := strconv.Atoi(spec["TIMEOUT"]); err == nil && t > 0 {
 			timer = time.AfterFunc(time.Duration(t)*time.Second, func() {
@@ -305,7 +305,7 @@ func supervise(id string) {
 		time.Sleep(100 * time.Millisecond)
 		sweepHolders()
 	default:
-		sweepReporting(s + "/output")
+		sweepReporting(s+"/output", child)
 	}
 	if secrets {
 		scrub(P.drops + "/" + id)
