@@ -341,42 +341,44 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
         assert no_pod_left(shipyard, name), name
 
 
+DISK_HOG = "dd if=/dev/zero of=/hog bs=1M count=200 2>&1; sync; sleep 100"
+
+
+def _hog_fails_once(shipyard, task: str, files: dict[str, str], trial: str
+                    ) -> tuple[dict, dict]:
+    """A Trial (retries allowed) whose agent writes 200 MiB under a 64 MiB limit: it fails
+    AgentFailed, not retried; the Trial and its Failed condition."""
+    shipyard.task(task, files)
+    shipyard.trial(trial, task, {"name": "command", "command": DISK_HOG}, retries=2)
+    body = shipyard.wait(trial, timeout=240)
+    failed = condition(body, "Failed")
+    assert failed is not None and failed["reason"] == "AgentFailed", brief(body["status"])
+    assert "not retried" in failed["message"], failed
+    assert body["status"]["attempt"] == 1 and not body["status"].get("attempts"), (
+        brief(body["status"]))
+    assert no_pod_left(shipyard, trial)
+    return body, failed
+
+
 def test_an_agent_over_its_storage_limit_gets_no_free_retry(shipyard):
     """The kubelet evicts a pod that writes past its own ephemeral-storage limit (the task's
     storage_mb): that is the agent's doing, like an OOM kill, so the trial fails AgentFailed
     naming the limit, and is not retried as a PodLost although the Trial allows retries
     (it was: each retry a free re-roll for an agent that filled its disk)."""
-    shipyard.task("disk", task_files("echo 1 > /logs/verifier/reward.txt\n",
-                                     toml_extra="storage_mb = 64\n", agent_timeout=120))
-    shipyard.trial("disk-hog", "disk", {
-        "name": "command",
-        "command": "dd if=/dev/zero of=/hog bs=1M count=200 2>&1; sync; sleep 100"},
-        retries=2)
-    trial = shipyard.wait("disk-hog", timeout=240)
-    failed = condition(trial, "Failed")
-    assert failed is not None and failed["reason"] == "AgentFailed", brief(trial["status"])
+    _, failed = _hog_fails_once(shipyard, "disk", task_files(
+        "echo 1 > /logs/verifier/reward.txt\n", toml_extra="storage_mb = 64\n",
+        agent_timeout=120), "disk-hog")
     assert "ephemeral local storage" in failed["message"], failed
-    assert "storage_mb" in failed["message"] and "not retried" in failed["message"], failed
-    assert trial["status"]["attempt"] == 1 and not trial["status"].get("attempts"), (
-        brief(trial["status"]))
-    assert no_pod_left(shipyard, "disk-hog")
+    assert "storage_mb" in failed["message"], failed
     # A task that declares no storage_mb is bounded by the namespace's LimitRange default, as
     # operations.md advises for trial namespaces (Harbor sets no storage limit): the same.
     shipyard.core.create_namespaced_limit_range(shipyard.namespace, {
         "metadata": {"name": "trial-disk"},
         "spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "64Mi"},
                              "defaultRequest": {"ephemeral-storage": "16Mi"}}]}})
-    shipyard.task("disk-undeclared", task_files("echo 1 > /logs/verifier/reward.txt\n",
-                                                agent_timeout=120))
-    shipyard.trial("disk-hog-ns", "disk-undeclared", {
-        "name": "command",
-        "command": "dd if=/dev/zero of=/hog bs=1M count=200 2>&1; sync; sleep 100"},
-        retries=2)
-    trial = shipyard.wait("disk-hog-ns", timeout=240)
-    failed = condition(trial, "Failed")
-    assert failed is not None and failed["reason"] == "AgentFailed", brief(trial["status"])
-    assert "LimitRange" in failed["message"] and "not retried" in failed["message"], failed
-    assert trial["status"]["attempt"] == 1, brief(trial["status"])
+    _, failed = _hog_fails_once(shipyard, "disk-undeclared", task_files(
+        "echo 1 > /logs/verifier/reward.txt\n", agent_timeout=120), "disk-hog-ns")
+    assert "LimitRange" in failed["message"], failed
 
 
 def _rss_kib(pid: int) -> int:
