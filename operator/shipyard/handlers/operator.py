@@ -8,6 +8,7 @@ import socket
 from typing import Any
 
 import kopf
+from kopf._core.reactor import observation
 
 from shipyard.api.conventions import FINALIZER, KOPF_ANNOTATION_PREFIX
 
@@ -27,6 +28,21 @@ from shipyard.runtime.executor import MeasuredExecutor, execs
 from shipyard.runtime.leader import Leadership
 
 _executor: MeasuredExecutor | None = None
+
+_kopf_namespace_event = observation.process_discovered_namespace_event
+
+
+async def _namespace_event_or_listing(*, raw_event: Any, **kwargs: Any) -> None:
+    """kopf lists the namespaces once, then starts a watch that lists them again and drops that
+    second listing (its events have no type), so a namespace created between the two listings
+    (a namespace of a served pattern, made as the operator starts) was never served until it
+    changed. Here the watch's listing counts too: adding a namespace twice is harmless."""
+    if raw_event.get("type") is None:
+        raw_event = {**raw_event, "type": "ADDED"}
+    await _kopf_namespace_event(raw_event=raw_event, **kwargs)
+
+
+observation.process_discovered_namespace_event = _namespace_event_or_listing
 
 
 class TasksOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
