@@ -74,6 +74,7 @@ from shipyard.taskformat import (
     step_settings,
 )
 from shipyard.taskformat.compose import MAIN, ComposeEnvironment, load_compose
+from shipyard.taskformat.envtemplates import env_total_problem
 from shipyard.taskformat.resolve import held
 
 PhaseKind = Literal[
@@ -420,6 +421,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                            verifier_env, settings.collect, step_plan)
         )
         previous_shared = step_plan.verifier_mode == "shared"
+    _check_env_room(phases, container_env, spec)
     keep = spec.verifier.agent_processes == "Keep"
     start_timeout = held((spec.environment.build_timeout_sec or env_config.build_timeout_sec)
                          * spec.timeout_multiplier)
@@ -455,6 +457,21 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     if refusal is not None:
         raise PlanError(Reason.UNSCHEDULABLE, refusal)
     return plan
+
+
+def _check_env_room(phases: list[PhaseSpec], container_env: Mapping[str, str],
+                    spec: TrialSpec) -> None:
+    """Refuse, before any pod, a phase whose whole environment (the container's and its own)
+    no process could start with; else it would fail `argument list too long` in the pod."""
+    for phase in phases:
+        problem = env_total_problem({**container_env, **phase.env})
+        if problem is None:
+            continue
+        trial_env = spec.environment.env or spec.agent.env or spec.verifier.env
+        source = "the task's env tables and the Trial's env" if trial_env else \
+            "the task's env tables"
+        raise PlanError(Reason.TRIAL_INVALID if trial_env else Reason.TASK_INVALID,
+                        f"{phase.id or phase.name} phase: {source}: {problem}")
 
 
 def pod_requests_of(plan: TrialPlan, pod: PodPlan) -> PodRequests:

@@ -59,6 +59,28 @@ def env_var_problem(name: str, value: str) -> str | None:
     return None
 
 
+MAX_ENV_TOTAL_BYTES = 1024 * 1024
+"""Shipyard's bound on one phase's whole environment. Linux refuses to start a process whose
+arguments and environment together pass a quarter of its stack limit (2 MiB under the usual
+8 MiB `ulimit -s`), and the image's own ENV and the phase's command share that room."""
+
+
+def env_bytes(env: Mapping[str, str]) -> int:
+    """What `env` takes of a new process's room: each `NAME=value`, its NUL and its pointer."""
+    return sum(len(f"{name}={value}".encode()) + 1 + 8 for name, value in env.items())
+
+
+def env_total_problem(env: Mapping[str, str]) -> str | None:
+    """Why a phase could not start with all of `env` (None: it can)."""
+    size = env_bytes(env)
+    if size <= MAX_ENV_TOTAL_BYTES:
+        return None
+    return (f"{len(env):,} variables take {size:,} bytes together: over {MAX_ENV_TOTAL_BYTES:,}, "
+            "the most one phase's environment may take (Linux starts no process whose "
+            "arguments and environment pass a quarter of its stack limit, 2 MiB under the "
+            "usual 8 MiB, and the image's own ENV shares that room)")
+
+
 def _startable(env: dict[str, str]) -> dict[str, str]:
     for name, value in env.items():
         if (problem := env_var_problem(name, value)) is not None:

@@ -63,3 +63,26 @@ def test_a_trials_env_var_no_process_can_hold_is_refused() -> None:
     for value in ("x" * (128 * 1024 - 2), "a\0b"):
         with pytest.raises(ValidationError):
             EnvVar(name="A", value=value)
+
+
+def test_a_phase_whose_task_and_trial_env_together_could_not_start_is_refused_before_a_pod(
+        ) -> None:
+    from shipyard.api.reasons import Reason
+    from shipyard.plan.phases import PlanError
+    from tests.unit.helpers import HELLO_TOML, plan_for, task
+
+    half = "".join(f'E{i} = "{"e" * (100 * 1024)}"\n' for i in range(6))
+    loaded = task(HELLO_TOML + f"\n[environment.env]\n{half}")
+    plan_for(loaded)  # 600 KiB: it fits
+    big = [{"name": f"A{i}", "value": "a" * (100 * 1024)} for i in range(5)]
+    with pytest.raises(PlanError) as caught:
+        plan_for(loaded, agent={"name": "oracle", "env": big})
+    assert caught.value.reason == Reason.TRIAL_INVALID
+    assert "agent phase: the task's env tables and the Trial's env: 12 variables" in str(
+        caught.value), caught.value
+    # Within task.toml's own 1 MiB: many short variables, each with its pointer and NUL.
+    many = "".join(f'V{i:05} = ""\n' for i in range(75_000))
+    with pytest.raises(PlanError) as caught:
+        plan_for(task(HELLO_TOML + f"\n[solution.env]\n{many}"))
+    assert caught.value.reason == Reason.TASK_INVALID
+    assert "agent phase: the task's env tables: 75,001 variables" in str(caught.value)
