@@ -949,7 +949,8 @@ def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shi
     the agent's log, and recorded reward 0 as if the agent had tried. Now: the apiserver
     refuses a value past the CRD's length, the operator fails the Trial `TrialInvalid` at
     once naming the field, a task.toml env table of either is `TaskInvalid`, and a plain one
-    beside them scores 1."""
+    beside them scores 1. Values that each fit but together pass 1 MiB for one phase are
+    `TrialInvalid` too, before any pod."""
     from kubernetes.client.rest import ApiException
 
     files = {
@@ -971,6 +972,11 @@ def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shi
             "environment variable hold at most 131,072"),
         "env-nul": ({"verifier": {"env": [{"name": "NUL", "value": "a\u0000b"}]}},
                     "spec.verifier.env.0: Value error, NUL: holds a NUL byte"),
+        # Each value fits; together they pass what one process may start with.
+        "env-too-much": ({"agent": {"name": "oracle", "env": [
+            {"name": f"V{i}", "value": "x" * 110_000} for i in range(10)]}},
+            "agent phase: the task's env tables and the Trial's env: 11 variables take "
+            "1,100,"),
     }
     for name, (spec, _) in refused.items():
         shipyard.trial(name, "env-sizes", **spec)

@@ -20,6 +20,7 @@ __all__ = [
     "describe",
     "error_body",
     "is_server_error",
+    "namespace_terminating",
 ]
 
 
@@ -55,6 +56,19 @@ def create_or_none(create: Callable[..., Any], *args: Any) -> Any | None:
 def is_server_error(e: ApiException) -> bool:
     """A 5xx: transient, worth retrying."""
     return e.status is not None and 500 <= e.status < 600
+
+
+def namespace_terminating(exc: BaseException) -> bool:
+    """The apiserver refused to create an object because its namespace is being deleted
+    (403, cause `NamespaceTerminating`): nothing there is worth doing any more."""
+    if not isinstance(exc, ApiException) or exc.status != 403:
+        return False
+    try:
+        body = json.loads(exc.body or "{}")
+        causes = (body.get("details") or {}).get("causes") or []
+        return any(c.get("reason") == "NamespaceTerminating" for c in causes)
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def describe(exc: BaseException) -> str | None:

@@ -34,6 +34,7 @@ from shipyard.api.reasons import Reason
 from shipyard.api.sweep import SweepSpec, SweepStatus
 from shipyard.kube import sweeps as kube
 from shipyard.kube import warm_pods as warm_kube
+from shipyard.kube.errors import ApiException, namespace_terminating
 from shipyard.plan.sweep import Slot, expand, trial_body
 from shipyard.plan.warm import sweep_pools
 from shipyard.reconcile.sweep_status import (
@@ -116,8 +117,15 @@ class SweepDriver:
         try:
             await self.resync()
             while not stopped:
-                with metrics.reconciling("sweep"):
-                    wait = await self.reconcile()
+                try:
+                    with metrics.reconciling("sweep"):
+                        wait = await self.reconcile()
+                except ApiException as e:
+                    if not namespace_terminating(e):
+                        raise
+                    self.logger.info("the namespace is being deleted, and the sweep with it: "
+                                     "no more trials")
+                    return
                 woken = asyncio.create_task(self.waiter.event.wait())
                 await asyncio.wait({woken, stopping}, timeout=wait,
                                    return_when=asyncio.FIRST_COMPLETED)

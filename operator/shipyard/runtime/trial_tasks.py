@@ -21,7 +21,13 @@ from typing import Any
 
 import kopf
 
-from shipyard.kube.errors import ApiException, TransportError, api_message, is_server_error
+from shipyard.kube.errors import (
+    ApiException,
+    TransportError,
+    api_message,
+    is_server_error,
+    namespace_terminating,
+)
 
 FIRST_BACKOFF_SEC = 1.0
 MAX_BACKOFF_SEC = 60.0
@@ -96,6 +102,10 @@ async def _supervise(key: tuple[str, str], entry: _Running,
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # transient (e.g. an apiserver 5xx): start again
+                if namespace_terminating(e):
+                    logger.info("the namespace is being deleted, and the trial with it: "
+                                "no more to do")
+                    return
                 repeated = 0 if transient(e) else repeated + 1
                 if give_up is not None and repeated >= MAX_REPEATED_FAILURES:
                     what = (f"{e.status}: {api_message(e, 300)}" if isinstance(e, ApiException)

@@ -35,3 +35,25 @@ def test_error_body_and_server_errors() -> None:
     e = api_error(500, "x" * 1000)
     assert is_server_error(e) and not is_server_error(api_error(422, "bad"))
     assert len(error_body(e)) == 300 and error_body(e).startswith('{"message": "xxx')
+
+
+def test_a_create_in_a_namespace_being_deleted_is_told_apart() -> None:
+    from shipyard.kube.errors import namespace_terminating
+
+    def refused(status: int, body: object) -> ApiException:
+        e = ApiException(status=status, reason="Forbidden")
+        e.body = json.dumps(body) if not isinstance(body, str) else body
+        return e
+
+    terminating = {
+        "kind": "Status", "status": "Failure", "reason": "Forbidden",
+        "message": 'trials.shipyard.dev "t-1" is forbidden: unable to create new content in '
+                   "namespace t-70d6573c because it is being terminated",
+        "details": {"name": "t-1", "causes": [{"reason": "NamespaceTerminating",
+                                               "field": "metadata.namespace"}]}}
+    assert namespace_terminating(refused(403, terminating))
+    rbac = {"kind": "Status", "reason": "Forbidden", "message": "cannot create trials"}
+    assert not namespace_terminating(refused(403, rbac))
+    assert not namespace_terminating(refused(403, "not json"))
+    assert not namespace_terminating(refused(409, terminating))
+    assert not namespace_terminating(RuntimeError("x"))

@@ -145,3 +145,30 @@ def test_a_driver_that_fails_the_same_way_again_and_again_ends_its_trial(monkeyp
     assert ended and "5 times in a row" in ended[0] and "OverflowError" in ended[0]
     assert trial_tasks.transient(ApiException(status=500))
     assert not trial_tasks.transient(ApiException(status=422))
+
+
+def test_a_driver_refused_because_its_namespace_is_being_deleted_stops_without_retrying(
+        caplog) -> None:
+    import json
+
+    from shipyard.kube.errors import ApiException
+
+    calls: list[int] = []
+
+    async def driver(body, logger) -> None:
+        calls.append(1)
+        e = ApiException(status=403, reason="Forbidden")
+        e.body = json.dumps({"reason": "Forbidden", "details": {
+            "causes": [{"reason": "NamespaceTerminating"}]}})
+        raise e
+
+    async def scenario() -> None:
+        with caplog.at_level(logging.INFO):
+            trial_tasks.start("ns", "t", trial(uid="u9"), LOG, driver, no_reread)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        assert calls == [1] and trial_tasks.running() == 0
+
+    asyncio.run(scenario())
+    assert "namespace is being deleted" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
