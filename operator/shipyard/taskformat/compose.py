@@ -315,6 +315,7 @@ def parse_compose(text: str, variables: Mapping[str, str],
     named = set((data.get("volumes") or {}).keys()) if isinstance(data.get("volumes"),
                                                                    dict) else set()
     services: dict[str, Service] = {}
+    refused: set[str] = set()  # already said why: not named again as missing
     files = task_files if task_files is not None else {}
     for name, body in data["services"].items():
         where = f"services.{name}"
@@ -322,10 +323,11 @@ def parse_compose(text: str, variables: Mapping[str, str],
             service = _service(str(name), body or {}, named, files, where)
         except TaskFormatError as e:
             errors += e.errors
+            refused.add(str(name))
             continue
         if service is not None:
             services[service.name] = service
-    errors += _cross_errors(services, base_main)
+    errors += _cross_errors(services, base_main, refused)
     if errors:
         raise TaskFormatError.combine(errors)
     return ComposeEnvironment(_start_order(services))
@@ -745,9 +747,11 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     )
 
 
-def _cross_errors(services: dict[str, Service], base_main: bool) -> list[TaskFormatError]:
+def _cross_errors(services: dict[str, Service], base_main: bool, refused: set[str]
+                  ) -> list[TaskFormatError]:
+    """What is wrong between the services; `refused`: services whose own errors are said."""
     errors = []
-    if MAIN not in services and not base_main:
+    if MAIN not in services and MAIN not in refused and not base_main:
         errors.append(_error("the agent's service 'main' is missing, and there is no "
                              "environment/Dockerfile or [environment].docker_image to be it",
                              "services"))
@@ -761,6 +765,8 @@ def _cross_errors(services: dict[str, Service], base_main: bool) -> list[TaskFor
                     f"services.{service.name}.ports"))
             owners.setdefault(port, service.name)
         for other, condition in service.depends_on.items():
+            if other in refused:
+                continue
             if other not in services:
                 errors.append(_error(f"depends on undefined service {other!r}",
                                      f"services.{service.name}.depends_on"))

@@ -82,14 +82,14 @@ volumes:
 """
 
 
-def _task(compose: str | None = FULL, **extra: str):
-    files = dict(BASE, **extra)
+def _task(compose: str | None = FULL, **extra: str | None):
+    files = {k: v for k, v in dict(BASE, **extra).items() if v is not None}
     if compose is not None:
         files["environment/docker-compose.yaml"] = compose
     return load_task_files({k: v.encode() for k, v in files.items()}, name="shop")
 
 
-def _reasons(compose: str, **extra: str) -> list[str]:
+def _reasons(compose: str, **extra: str | None) -> list[str]:
     return [str(e) for e in compose_refusals(_task(compose, **extra))]
 
 
@@ -189,6 +189,22 @@ def test_refusals_name_file_service_and_reason(service, field, words):
 def test_cap_add_within_the_pod_policy_is_allowed():
     compose = "services:\n  main: {image: x}\n  db: {image: d, cap_add: [CAP_CHOWN, SETUID]}\n"
     assert _reasons(compose) == []
+
+
+def test_a_refused_service_is_not_named_again_as_missing_by_those_that_depend_on_it():
+    """o11y-bench's stack service binds a task file; main depends on it being healthy: one
+    error (the bind mount), not a second saying the stack is undefined."""
+    compose = ("services:\n  main: {image: x, depends_on: {stack: {condition: "
+               "service_healthy}}}\n"
+               "  stack: {image: s, volumes: ['./setup.json:/task/setup.json:ro'],"
+               " healthcheck: {test: ['CMD', 'true']}}\n")
+    [reason] = _reasons(compose)
+    assert "services.stack.volumes[0]" in reason and "no host directory" in reason
+    assert "undefined" not in reason
+    main_refused = ("services:\n  main: {image: x, volumes: ['./a:/a']}\n"
+                    "  db: {image: d}\n")
+    [reason] = _reasons(main_refused, **{"environment/Dockerfile": None})
+    assert "services.main.volumes[0]" in reason and "'main' is missing" not in reason
 
 
 def test_two_services_on_one_port_are_refused():
