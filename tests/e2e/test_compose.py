@@ -284,3 +284,41 @@ def test_a_task_built_from_its_own_directory_with_an_offline_main_runs_as_under_
     (`context: ${CONTEXT_DIR}/..`, `dockerfile: ${CONTEXT_DIR}/Dockerfile`) to COPY app/, and
     some cut main off the network (`network_mode: none`). Both were refused; Harbor runs them."""
     _oracle_one_nop_zero(shipyard, "rootctx", ROOT_CONTEXT_TASK)
+
+
+def test_binds_of_the_tasks_own_files_reach_main_and_a_sidecar_read_only(shipyard):
+    """Harbor runs compose with environment/ as the project directory, so `./seed` is the
+    task's folder there: the sidecar copies a bound folder and a bound file into its store
+    before it serves, and main reads a bound file; the oracle scores 1 only when all three
+    arrived, and nop 0. Bound task files are read-only (a pod has no host folder behind
+    them)."""
+    compose = _example_files()["environment/docker-compose.yaml"]
+    compose = compose.replace(
+        '    command: ["python3", "/srv/notes.py", "${NOTES_PORT}"]\n',
+        '    command: ["sh", "-c", "cp /seed/word.txt /data/word && cp /setup.json /data/setup'
+        ' && exec python3 /srv/notes.py ${NOTES_PORT}"]\n')
+    compose = compose.replace("      - notes-data:/data\n",
+                              "      - notes-data:/data\n      - ./seed:/seed:ro\n"
+                              "      - ${CONTEXT_DIR}/setup.json:/setup.json\n")
+    compose = compose.replace("    depends_on:\n      notes:\n",
+                              "    volumes:\n      - ./seed/word.txt:/app/word.txt\n"
+                              "    depends_on:\n      notes:\n")
+    files = {**_example_files(), "environment/docker-compose.yaml": compose,
+             "environment/seed/word.txt": "hello\n", "environment/setup.json": '{"n": 7}\n'}
+    files["solution/solve.sh"] = """#!/bin/bash
+set -euo pipefail
+if echo changed > /app/word.txt; then echo "the bound file was writable"; exit 1; fi
+python3 - <<'PY'
+import os
+import urllib.request
+
+base = os.environ["NOTES_URL"] + "/notes/"
+word = open("/app/word.txt").read().strip()
+served = urllib.request.urlopen(base + "word", timeout=10).read().decode().strip()
+setup = urllib.request.urlopen(base + "setup", timeout=10).read().decode().strip()
+assert (word, served, setup) == ("hello", "hello", '{"n": 7}'), (word, served, setup)
+request = urllib.request.Request(base + "greeting", data=b"hello from main", method="PUT")
+urllib.request.urlopen(request, timeout=10)
+PY
+"""
+    _oracle_one_nop_zero(shipyard, "binds", files)

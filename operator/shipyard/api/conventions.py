@@ -117,6 +117,8 @@ class Component(StrEnum):
     NETWORK_POLICY = "network-policy"
     NETWORK_BASELINE = "network-baseline"
     TASK_BUNDLE = "task-bundle"
+    TASK_FILES = "task-files"
+    """Task files a compose service binds (`./setup.json:/task/setup.json`)."""
     ARTIFACTS = "artifacts"
     WARM = "warm"
     """A warm pod not claimed yet (`docs/warm-pods.md`)."""

@@ -8,13 +8,15 @@ environment phase, waits for every service to be started or healthy. A service o
 complete (`service_completed_successfully`) is a plain init container that runs to its end.
 Service names (and aliases) resolve to 127.0.0.1 for every container (`hostAliases`), since all
 share the pod's network; named volumes are `emptyDir`s; Harbor's `${HOST_*_PATH}` binds are the
-trial's log directories, shared with `main`.
+trial's log directories, shared with `main`; a bind of the task's own files (`./setup.json`) is
+a read-only ConfigMap volume holding them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,10 +30,12 @@ from shipyard.taskformat.compose import (
     ComposeEnvironment,
     Healthcheck,
     Service,
+    VolumeMount,
 )
 from shipyard.taskformat.resolve import held
 
 VOLUME_PREFIX = "compose-"
+TASK_FILES_PREFIX = "shipyard-task-files-"
 SIDECAR_CAPABILITIES = (*sorted(ALLOWED_CAPABILITIES), "AUDIT_WRITE")
 """The pod policy's capabilities plus one `main` lacks: the pod shares one PID namespace, and
 the kernel refuses a process /proc/PID/root, environ and ptrace access to another whose
@@ -44,12 +48,24 @@ class Mount:
     volume: str
     path: str
     read_only: bool = False
+    sub_path: str | None = None  # one file of the volume (a bound task file)
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """Task files bound into a container: one immutable ConfigMap named by its content,
+    shared by every trial of that content in the namespace. `files`: (key, path under the
+    mount, content)."""
+
+    configmap: str
+    files: tuple[tuple[str, str, bytes], ...]
 
 
 @dataclass(frozen=True)
 class Volume:
     name: str
     memory: bool = False  # tmpfs
+    task_files: TaskFiles | None = None  # else an emptyDir
 
 
 @dataclass(frozen=True)
@@ -128,11 +144,32 @@ def _user(user: str | None) -> tuple[int | None, int | None]:
     return int(uid), int(gid) if gid else None
 
 
-def _mounts(service: Service, volumes: dict[str, Volume], skip_logs: bool = False
-            ) -> tuple[Mount, ...]:
+def task_files(mount: VolumeMount, files: Mapping[str, bytes]) -> TaskFiles:
+    """The ConfigMap of a bind of task files: keys `f0`, `f1`, … (a ConfigMap key cannot hold
+    a path), each with its path under the mount."""
+    base = "" if mount.single_file else (f"{mount.source}/" if mount.source else "")
+    entries = tuple((f"f{i}", posixpath.basename(path) if mount.single_file
+                     else path.removeprefix(base), files.get(path, b""))
+                    for i, path in enumerate(mount.files))
+    digest = hashlib.sha256()
+    for key, path, content in entries:
+        digest.update(f"{key}\0{path}\0{len(content)}\0".encode())
+        digest.update(content)
+    return TaskFiles(f"{TASK_FILES_PREFIX}{digest.hexdigest()[:20]}", entries)
+
+
+def _mounts(service: Service, volumes: dict[str, Volume], files: Mapping[str, bytes],
+            skip_logs: bool = False) -> tuple[Mount, ...]:
     mounts = []
     for index, mount in enumerate(service.volumes):
         if mount.kind == "logs" and skip_logs:
+            continue
+        if mount.kind == "task":
+            bound = task_files(mount, files)
+            name = volume_name("task", bound.configmap)
+            volumes.setdefault(name, Volume(name, task_files=bound))
+            mounts.append(Mount(name, mount.target, True,
+                                bound.files[0][1] if mount.single_file else None))
             continue
         if mount.kind == "named":
             name = volume_name("vol", mount.source)
@@ -145,9 +182,11 @@ def _mounts(service: Service, volumes: dict[str, Volume], skip_logs: bool = Fals
     return tuple(mounts)
 
 
-def compose_pod(compose: ComposeEnvironment, images: Mapping[str, str]) -> ComposePod:
+def compose_pod(compose: ComposeEnvironment, images: Mapping[str, str],
+                files: Mapping[str, bytes] | None = None) -> ComposePod:
     """The pod's sidecars, volumes, `main`'s extra mounts and host names. `images`: the Task's
-    images by role (`service.<name>` for each sidecar)."""
+    images by role (`service.<name>` for each sidecar); `files`: the task's, for its binds."""
+    files = files or {}
     volumes: dict[str, Volume] = {}
     completes = {other for s in compose.services for other, condition in s.depends_on.items()
                  if condition == "service_completed_successfully"}
@@ -171,14 +210,14 @@ def compose_pod(compose: ComposeEnvironment, images: Mapping[str, str]) -> Compo
                            if service.healthcheck is not None
                            and service.name not in completes else None),
             one_shot=service.name in completes,
-            mounts=_mounts(service, volumes),
+            mounts=_mounts(service, volumes, files),
             capabilities=SIDECAR_CAPABILITIES,
             read_only=service.read_only,
         ))
     main_mounts: list[Mount] = []
     main = compose.main
     if main is not None:  # its log binds are its own log directories: nothing to mount
-        main_mounts += list(_mounts(main, volumes, skip_logs=True))
+        main_mounts += list(_mounts(main, volumes, files, skip_logs=True))
     shared_logs = {m.volume for s in sidecars for m in s.mounts
                    if m.volume.startswith(f"{VOLUME_PREFIX}logs-")}
     for kind, path in LOG_KINDS.items():  # a sidecar's log bind is main's log directory

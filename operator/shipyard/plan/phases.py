@@ -365,7 +365,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         accelerators=_accelerators(env_config, "environment"),
         agent_bundles=((installed.name, installed.bundle_image),)
         if installed is not None and installed.bundle_image else (),
-        compose=compose_pod(compose, images) if compose is not None else None,
+        compose=compose_pod(compose, images, task.files) if compose is not None else None,
     )
 
     phases = [environment_phase(task, workdir=env_config.workdir)]

@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import shlex
 import tarfile
 from typing import Any
 
-from shipyard.plan.compose import ComposePod, Mount, SidecarPlan
+from shipyard.api.conventions import LABEL_COMPONENT, MANAGED_BY, Component
+from shipyard.plan.compose import ComposePod, Mount, SidecarPlan, Volume
 from shipyard.taskformat import ArtifactConfig, VerifierCollectConfig
 
 LOCALHOST = "127.0.0.1"
 
 
 def _mounts(mounts: tuple[Mount, ...]) -> list[dict[str, Any]]:
-    return [{"name": m.volume, "mountPath": m.path, **({"readOnly": True} if m.read_only else {})}
+    return [{"name": m.volume, "mountPath": m.path, **({"readOnly": True} if m.read_only else {}),
+             **({"subPath": m.sub_path} if m.sub_path else {})}
             for m in mounts]
+
+
+def _volume(volume: Volume) -> dict[str, Any]:
+    bound = volume.task_files
+    if bound is None:
+        return {"name": volume.name, "emptyDir": {"medium": "Memory"} if volume.memory else {}}
+    # Readable and runnable by any user, as a checkout's scripts are.
+    return {"name": volume.name, "configMap": {
+        "name": bound.configmap, "defaultMode": 0o755,
+        "items": [{"key": key, "path": path} for key, path, _ in bound.files]}}
+
+
+def task_files_configmaps(namespace: str, compose: ComposePod) -> list[dict[str, Any]]:
+    """The ConfigMaps of the pod's binds of task files, made before the pod (immutable, named
+    by their content)."""
+    return [{
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": v.task_files.configmap, "namespace": namespace,
+                     "labels": {**MANAGED_BY, LABEL_COMPONENT: Component.TASK_FILES.value}},
+        "immutable": True,
+        "binaryData": {key: base64.b64encode(content).decode()
+                       for key, _, content in v.task_files.files},
+    } for v in compose.volumes if v.task_files is not None]
 
 
 def _resources(sidecar: SidecarPlan) -> dict[str, Any]:
@@ -90,8 +116,7 @@ def apply_compose(spec: dict[str, Any], main: dict[str, Any], compose: ComposePo
     spec["initContainers"] = [*spec.get("initContainers", []),
                               *(sidecar_container(s, pull_policy) for s in compose.sidecars)]
     spec["volumes"] = [*spec.get("volumes", []),
-                       *({"name": v.name, "emptyDir": {"medium": "Memory"} if v.memory else {}}
-                         for v in compose.volumes)]
+                       *(_volume(v) for v in compose.volumes)]
     main["volumeMounts"] = [*main.get("volumeMounts", []), *_mounts(compose.main_mounts)]
     spec["hostAliases"] = [{"ip": LOCALHOST, "hostnames": list(compose.host_names)}]
 

@@ -52,6 +52,7 @@ from shipyard.render.compose import (
     merge_sidecar_tars,
     sidecar_artifact_argv,
     sidecar_hook_argv,
+    task_files_configmaps,
 )
 from shipyard.render.network_policy import build_namespace_baseline, build_network_objects
 from shipyard.render.phase_bundle import build_chain_bundle, build_phase_bundle
@@ -179,6 +180,11 @@ class KubeTrialExecutor:
                 self._wake_sweep()
                 return loop.PodCreated(action.role, name, claimed["spec"]["containers"][0]["image"],
                                        claimed["metadata"]["labels"].get(LABEL_NETWORK), warm=True)
+        if action.role == loop.machine.Role.ENV and plan.environment.compose is not None:
+            # Made (or checked) for each pod, not once per process: one deleted meanwhile
+            # would leave the pod waiting for its volume.
+            for configmap in task_files_configmaps(self.namespace, plan.environment.compose):
+                await self.call(objects.ensure_configmap, configmap)
         name = pod_name_for(self.body, action.role, index, self.status.attempt)
         manifest = build_trial_pod(self.body, plan, action.role, action.step, name,
                                    probe_image_for(plan, self.settings.probe_image),

@@ -119,10 +119,22 @@ class ServiceBuild:
 
 @dataclass(frozen=True)
 class VolumeMount:
-    kind: Literal["named", "logs", "anonymous", "tmpfs"]
-    source: str  # the volume's name, the log kind (verifier/agent/artifacts), or ""
+    kind: Literal["named", "logs", "anonymous", "tmpfs", "task"]
+    source: str  # the volume's name, the log kind (verifier/agent/artifacts), a task path, or ""
     target: str
     read_only: bool = False
+    files: tuple[str, ...] = ()
+    """A bind of the task's own files (`task`): the task-relative paths it holds, each under
+    `source` (or `source` itself, a bound file)."""
+
+    @property
+    def single_file(self) -> bool:
+        return self.files == (self.source,)
+
+
+MAX_BIND_BYTES = 700 * 1024
+"""The task files one bind mount may hold: they reach the pod in one ConfigMap, which the
+apiserver holds to 1 MiB in all (names, and the contents base64-encoded in etcd's copy)."""
 
 
 @dataclass(frozen=True)
@@ -573,7 +585,31 @@ def _build(value: Any, where: str, files: Mapping[str, bytes]) -> ServiceBuild:
     return ServiceBuild(context=prefix, dockerfile=path.removeprefix(prefix))
 
 
-def _volume(value: Any, where: str, named: set[str]) -> VolumeMount:
+def _task_bind(source: str, target: str, read_only: bool, where: str,
+               files: Mapping[str, bytes]) -> VolumeMount:
+    """A bind of the task's own files (relative to environment/, or under ${CONTEXT_DIR}/..),
+    as Harbor's project directory has them: mounted from a ConfigMap, read-only (a pod has
+    no host directory to write back to). A source the task lacks is an empty directory, as
+    Docker makes one."""
+    path = task_path(source, where, "bind mount")
+    if path in files:
+        held: tuple[str, ...] = (path,)
+    else:
+        prefix = f"{path}/" if path else ""
+        held = tuple(sorted(f for f in files if f.startswith(prefix)))
+    if not held:
+        return VolumeMount("anonymous", "", target, read_only)
+    size = sum(len(files[f]) for f in held)
+    if size > MAX_BIND_BYTES:
+        raise _error(f"bind mount of {source!r}: {len(held)} task file(s) of {size:,} bytes, "
+                     f"more than the {MAX_BIND_BYTES:,} a bind of task files can hold (it "
+                     "reaches the pod as one ConfigMap); COPY them into the service's image "
+                     "(build:)", where)
+    return VolumeMount("task", path, target, True, held)
+
+
+def _volume(value: Any, where: str, named: set[str], files: Mapping[str, bytes]
+            ) -> VolumeMount:
     if isinstance(value, str):
         parts = value.split(":")
         if len(parts) == 1:
@@ -594,6 +630,8 @@ def _volume(value: Any, where: str, named: set[str]) -> VolumeMount:
     if kind == "bind":
         if source.startswith(HOST_LOGS_ROOT + "/"):
             return VolumeMount("logs", source.rsplit("/", 1)[1], target, read_only)
+        if source.startswith(".") or source == TASK_ROOT or source.startswith(TASK_ROOT + "/"):
+            return _task_bind(source, target, read_only, where, files)
         raise _error(f"bind mount of {source!r}: a trial pod has no host directory; COPY the "
                      "files into the service's image (build:) or share a named volume", where)
     if kind != "volume":
@@ -705,7 +743,7 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
         if condition not in _CONDITIONS:
             raise _error(f"unknown condition {condition!r}", f"{where}.depends_on.{other}")
         depends[str(other)] = condition
-    volumes = tuple(_volume(v, f"{where}.volumes[{i}]", named)
+    volumes = tuple(_volume(v, f"{where}.volumes[{i}]", named, files)
                     for i, v in enumerate(body.get("volumes") or []))
     tmpfs = body.get("tmpfs") or []
     volumes += tuple(VolumeMount("tmpfs", "", str(t).split(":")[0])

@@ -33,6 +33,18 @@ def _pod(loaded=None, images=None, **spec):
                                             agent={"name": "oracle"}), plan)
 
 
+def _compose_task(compose: str, **files: bytes):
+    """A minimal task of this compose file and `files`."""
+    return load_task_files({
+        "task.toml": b'schema_version = "1.4"\n',
+        "instruction.md": b"x\n",
+        "tests/test.sh": b"#!/bin/bash\n",
+        "solution/solve.sh": b"#!/bin/bash\n",
+        "environment/docker-compose.yaml": compose.encode(),
+        **files,
+    }, name="t")
+
+
 def test_golden_compose_example_pod():
     rendered = ("# The environment pod of examples/compose with the oracle agent\n"
                 "# (tests/unit/render/test_compose.py). Regenerate: SHIPYARD_UPDATE_GOLDEN=1 "
@@ -96,13 +108,7 @@ services:
     volumes: ['${HOST_ARTIFACTS_PATH}:/out', '/scratch']
     healthcheck: {test: 'true'}
 """
-    loaded = load_task_files({
-        "task.toml": b'schema_version = "1.4"\n',
-        "instruction.md": b"x\n",
-        "tests/test.sh": b"#!/bin/bash\n",
-        "solution/solve.sh": b"#!/bin/bash\n",
-        "environment/docker-compose.yaml": compose.encode(),
-    }, name="t")
+    loaded = _compose_task(compose)
     env = load_compose(loaded)
     assert env is not None
     pod = compose_pod(env, {})
@@ -248,3 +254,60 @@ def test_a_shared_verifier_gets_its_sidecar_evidence_and_runs_only_main_s_hooks_
     verify = plan.phase("verifier").script
     assert isinstance(verify, VerifyScript)
     assert [h.command for h in verify.hooks] == ["echo main"]  # the sidecar's runs in it
+
+
+def test_binds_of_task_files_are_read_only_configmap_volumes_made_before_the_pod():
+    """Harbor's project directory is environment/: `./setup.json` is the task's file there.
+    A pod has no such host directory, so the files reach it in one immutable ConfigMap named
+    by their content: a bound file by its subPath, a bound folder whole, read-only."""
+    import base64
+
+    from shipyard.render.compose import task_files_configmaps
+
+    compose = """\
+services:
+  main:
+    image: x
+    volumes: ['./fixtures:/app/fixtures']
+    depends_on: {stack: {condition: service_healthy}}
+  stack:
+    image: s
+    volumes: ['./setup.json:/task/setup.json:ro', '${CONTEXT_DIR}/fixtures/b/c.sh:/c.sh',
+              './nothing-here:/empty']
+    healthcheck: {test: ['CMD', 'true']}
+"""
+    loaded = _compose_task(compose, **{
+        "environment/setup.json": b'{"seed": 7}\n',
+        "environment/fixtures/a.txt": b"a\n",
+        "environment/fixtures/b/c.sh": b"#!/bin/sh\necho c\n",
+    })
+    rendered = _pod(loaded, images={"environment": "x", "service.stack": "s"})
+    volumes = {v["name"]: v for v in rendered["spec"]["volumes"]}
+    [stack] = [c for c in rendered["spec"]["initContainers"] if c["name"] == "stack"]
+    [main] = [c for c in rendered["spec"]["containers"] if c["name"] == "main"]
+    mounts = {m["mountPath"]: m for m in stack["volumeMounts"] + main["volumeMounts"]}
+    setup, script, folder = mounts["/task/setup.json"], mounts["/c.sh"], mounts["/app/fixtures"]
+    assert setup["readOnly"] and setup["subPath"] == "setup.json"
+    assert script["readOnly"] and script["subPath"] == "c.sh"
+    assert folder["readOnly"] and "subPath" not in folder
+    assert "emptyDir" in volumes[mounts["/empty"]["name"]]  # as Docker makes a missing source
+    folder_cm = volumes[folder["name"]]["configMap"]
+    assert sorted(i["path"] for i in folder_cm["items"]) == ["a.txt", "b/c.sh"]
+    assert folder_cm["defaultMode"] == 0o755
+
+    from shipyard.plan.phases import build_plan
+    from tests.unit.helpers import trial_spec
+
+    plan = build_plan(loaded, trial_spec(agent={"name": "oracle"}), {},
+                      images={"environment": "x", "service.stack": "s"})
+    configmaps = task_files_configmaps("ns", plan.environment.compose)
+    by_name = {c["metadata"]["name"]: c for c in configmaps}
+    assert len(by_name) == 3 and all(c["immutable"] for c in configmaps)
+    held = by_name[folder_cm["name"]]
+    contents = {i["path"]: base64.b64decode(held["binaryData"][i["key"]])
+                for i in folder_cm["items"]}
+    assert contents == {"a.txt": b"a\n", "b/c.sh": b"#!/bin/sh\necho c\n"}
+    # Named by content: the same files are the same ConfigMap, other files another.
+    again = build_plan(loaded, trial_spec(agent={"name": "nop"}), {},
+                       images={"environment": "x", "service.stack": "s"})
+    assert task_files_configmaps("ns", again.environment.compose) == configmaps

@@ -172,7 +172,7 @@ def test_sizes(value, mb):
     ("pid: host", "services.db.pid", "PID namespace"),
     ("devices: ['/dev/kvm:/dev/kvm']", "services.db.devices", "host devices"),
     ("network_mode: host", "services.db.network_mode", "share the trial pod's network"),
-    ("volumes: ['./data:/data']", "services.db.volumes[0]", "no host directory"),
+    ("volumes: ['/srv/data:/data']", "services.db.volumes[0]", "no host directory"),
     ("depends_on: [nowhere]", "services.db.depends_on", "undefined service 'nowhere'"),
     ("depends_on: {main: {condition: service_started}}", "services.db.depends_on",
      "cannot depend on 'main'"),
@@ -196,12 +196,12 @@ def test_a_refused_service_is_not_named_again_as_missing_by_those_that_depend_on
     error (the bind mount), not a second saying the stack is undefined."""
     compose = ("services:\n  main: {image: x, depends_on: {stack: {condition: "
                "service_healthy}}}\n"
-               "  stack: {image: s, volumes: ['./setup.json:/task/setup.json:ro'],"
+               "  stack: {image: s, volumes: ['/srv/setup.json:/task/setup.json:ro'],"
                " healthcheck: {test: ['CMD', 'true']}}\n")
     [reason] = _reasons(compose)
     assert "services.stack.volumes[0]" in reason and "no host directory" in reason
     assert "undefined" not in reason
-    main_refused = ("services:\n  main: {image: x, volumes: ['./a:/a']}\n"
+    main_refused = ("services:\n  main: {image: x, volumes: ['/var/run/docker.sock:/s']}\n"
                     "  db: {image: d}\n")
     [reason] = _reasons(main_refused, **{"environment/Dockerfile": None})
     assert "services.main.volumes[0]" in reason and "'main' is missing" not in reason
@@ -358,3 +358,15 @@ def test_main_without_a_network_is_the_trials_no_network_baseline():
         "[environment]\n", '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["x.org"]\n')
     with pytest.raises(TaskFormatError, match="network_mode 'none' on main contradicts"):
         _task(offline, **{"task.toml": allowlist})
+
+
+@pytest.mark.parametrize(("volume", "words"), [
+    ("'../../etc:/etc2'", "is outside the task's directory"),
+    ("'./big:/big'", "more than the 716,800 a bind of task files can hold"),
+    ("'~/x:/x'", "no host directory"),
+])
+def test_binds_of_task_files_stay_in_the_task_and_within_a_configmap(volume, words):
+    compose = f"services:\n  main: {{image: x}}\n  db:\n    image: d\n    volumes: [{volume}]\n"
+    [reason] = _reasons(compose, **{"environment/big/a": "x" * 400_000,
+                                    "environment/big/b": "y" * 400_000})
+    assert "services.db.volumes[0]" in reason and words in reason, reason
