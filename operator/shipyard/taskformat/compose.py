@@ -132,6 +132,7 @@ class VolumeMount:
         return self.files == (self.source,)
 
 
+MAX_BIND_FILES = 1000
 MAX_BIND_BYTES = 700 * 1024
 """The task files one bind mount may hold: they reach the pod in one ConfigMap, which the
 apiserver holds to 1 MiB in all (names, and the contents base64-encoded in etcd's copy)."""
@@ -599,6 +600,10 @@ def _task_bind(source: str, target: str, read_only: bool, where: str,
         held = tuple(sorted(f for f in files if f.startswith(prefix)))
     if not held:
         return VolumeMount("anonymous", "", target, read_only)
+    if len(held) > MAX_BIND_FILES:
+        raise _error(f"bind mount of {source!r}: {len(held):,} task files, more than the "
+                     f"{MAX_BIND_FILES:,} a bind of task files can hold (each is an item of the "
+                     "pod's volume); COPY them into the service's image (build:)", where)
     size = sum(len(files[f]) for f in held)
     if size > MAX_BIND_BYTES:
         raise _error(f"bind mount of {source!r}: {len(held)} task file(s) of {size:,} bytes, "

@@ -364,9 +364,11 @@ def test_main_without_a_network_is_the_trials_no_network_baseline():
     ("'../../etc:/etc2'", "is outside the task's directory"),
     ("'./big:/big'", "more than the 716,800 a bind of task files can hold"),
     ("'~/x:/x'", "no host directory"),
+    ("'./many:/many'", "1,001 task files, more than the 1,000"),
 ])
 def test_binds_of_task_files_stay_in_the_task_and_within_a_configmap(volume, words):
     compose = f"services:\n  main: {{image: x}}\n  db:\n    image: d\n    volumes: [{volume}]\n"
+    many = {f"environment/many/{i}": "" for i in range(1001)} if "many" in volume else {}
     [reason] = _reasons(compose, **{"environment/big/a": "x" * 400_000,
-                                    "environment/big/b": "y" * 400_000})
+                                    "environment/big/b": "y" * 400_000}, **many)
     assert "services.db.volumes[0]" in reason and words in reason, reason
