@@ -1021,7 +1021,14 @@ def test_a_fork_bomb_at_its_pid_limit_is_ended_before_the_next_phase(
     began = time.monotonic()
     result = runner.run_phase(phase(f"{join}{bomb}\nsleep 1\n"), "agent")
     assert "Cannot fork" in result.output, result.output[-2000:]
-    assert pod_like.live() == [], f"{len(pod_like.live())} processes outlived the sweep"
+    # The bomb is gone when the phase's result is out. The runner's own supervisor, which
+    # shares the bomb's throttled half core, may take a moment more to exit.
+    left = [p for p in pod_like.live() if not p.startswith("runner supervise ")]
+    assert left == [], f"{len(left)} processes outlived the sweep: {left[:5]}"
+    deadline = time.monotonic() + 10
+    while pod_like.live() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pod_like.live() == []
     assert time.monotonic() - began < 60
 
 
