@@ -36,6 +36,9 @@ TASK_ROOT = "/harbor"
 context."""
 HOST_LOGS_ROOT = "/.shipyard-host-logs"
 """What ``${HOST_<KIND>_PATH}`` stands for: a bind from here is the trial's log volume."""
+RUNNER_PATHS = ("/shipyard",)
+"""Where the trial runner and its state live in `main` (render.pod): no mount of a task there,
+nor over a folder above it."""
 RESERVED_NAMES = ("secrets", "probe")
 """Containers of a trial pod besides `main` (render.pod); `agent-*` are its bundle copies."""
 ALLOWED_CAPABILITIES = frozenset({"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID",
@@ -632,6 +635,8 @@ def _volume(value: Any, where: str, named: set[str], files: Mapping[str, bytes]
         raise _error("must be a string or a mapping", where)
     if not target.startswith("/"):
         raise _error(f"volume target {target!r} must be an absolute path", where)
+    if posixpath.normpath(target) == "/":
+        raise _error("a volume cannot be mounted at '/' (Docker refuses it too)", where)
     if kind == "bind":
         if source.startswith(HOST_LOGS_ROOT + "/"):
             return VolumeMount("logs", source.rsplit("/", 1)[1], target, read_only)
@@ -753,6 +758,13 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     tmpfs = body.get("tmpfs") or []
     volumes += tuple(VolumeMount("tmpfs", "", str(t).split(":")[0])
                      for t in ([tmpfs] if isinstance(tmpfs, str) else tmpfs))
+    if name == MAIN:
+        for i, volume in enumerate(volumes):
+            target = posixpath.normpath(volume.target)
+            if any(target == p or target.startswith(p + "/")
+                                    or p.startswith(target + "/") for p in RUNNER_PATHS):
+                raise _error(f"volume target {volume.target!r} is the trial runner's, which "
+                             "no task may mount over", f"{where}.volumes[{i}]")
     ports = tuple(_container_port(p, f"{where}.ports") for p in body.get("ports") or [])
     ports += tuple(_container_port(p, f"{where}.expose") for p in body.get("expose") or [])
     aliases = [str(body["hostname"])] if body.get("hostname") else []

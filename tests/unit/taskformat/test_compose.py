@@ -372,3 +372,26 @@ def test_binds_of_task_files_stay_in_the_task_and_within_a_configmap(volume, wor
     [reason] = _reasons(compose, **{"environment/big/a": "x" * 400_000,
                                     "environment/big/b": "y" * 400_000}, **many)
     assert "services.db.volumes[0]" in reason and words in reason, reason
+
+
+@pytest.mark.parametrize("target", ["/shipyard", "/shipyard/bin/runner", "/shipyard/state/",
+                                    "/shipyard/../shipyard/bin"])
+def test_no_task_volume_of_main_lands_on_the_runners_folder(target):
+    """A bind of the task's files, a named volume or a tmpfs over /shipyard would put the
+    task's program where the operator execs its runner, or hide the runner's state."""
+    for volume in (f"'./seed:{target}'", f"'data:{target}'"):
+        compose = (f"services:\n  main:\n    image: x\n    volumes: [{volume}]\n"
+                   "volumes:\n  data: {}\n")
+        [reason] = _reasons(compose, **{"environment/seed/a": "a"})
+        assert "services.main.volumes[0]" in reason and "the trial runner's" in reason, reason
+    sidecar = ("services:\n  main: {image: x}\n  db:\n    image: d\n"
+               f"    volumes: ['./seed:{target}']\n")
+    assert _reasons(sidecar, **{"environment/seed/a": "a"}) == []  # its own filesystem
+
+
+def test_no_volume_is_mounted_at_the_root():
+    for service in ("main", "db"):
+        compose = (f"services:\n  main: {{image: x}}\n  {service}:\n    image: d\n"
+                   "    volumes: ['./seed:/']\n").replace("  main: {image: x}\n  main:", "  main:")
+        [reason] = _reasons(compose, **{"environment/seed/a": "a"})
+        assert f"services.{service}.volumes[0]" in reason and "at '/'" in reason, reason
