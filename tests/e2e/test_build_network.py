@@ -448,12 +448,15 @@ def test_a_build_cannot_connect_to_a_concurrent_builds_run_step(shipyard, namesp
 def test_a_dockerfile_that_fork_bombs_holds_only_the_builds_pids(shipyard, namespace):
     """A RUN step that fork-bombs meets the build steps' PID limit
     (`buildnet.BUILD_PIDS_LIMIT`; dash says `Cannot fork`) instead of taking the node's: the
-    step's own `sleep`, started first, ends it, the image is built and pushed, and a trial of
-    it scores as usual with the node Ready."""
+    step's own `timeout` ends it, the image is built and pushed, and a trial of it scores as
+    usual with the node Ready. (`timeout` kills its whole process group in one signal, which
+    no fork escapes. A step that instead ended when its shell's `wait` on a `sleep` of its own
+    returned ran past 300 s once in CI; that shell is PID 1 of the step, the reaper of every
+    orphaned bomber, among thousands of processes forking on 2 cores.)"""
     nonce = uuid.uuid4().hex
     shipyard.task("bomb-build", build_task(
         "FROM python:3.12-slim\n"
-        f"RUN echo {nonce}; sleep 15 & s=$!; b() {{ b | b & }}; b; wait $s; "
+        f"RUN echo {nonce}; timeout -s KILL 15 sh -c 'b() {{ b | b & }}; b; sleep 120'; "
         f"echo BOMB-OVER {nonce}\n"))
     built = condition_any(wait_images(shipyard, "bomb-build", timeout=300), "ImagesReady")
     assert built["status"] == "True", built
