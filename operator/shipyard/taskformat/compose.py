@@ -37,8 +37,8 @@ context."""
 HOST_LOGS_ROOT = "/.shipyard-host-logs"
 """What ``${HOST_<KIND>_PATH}`` stands for: a bind from here is the trial's log volume."""
 RUNNER_PATHS = ("/shipyard",)
-"""Where the trial runner and its state live in `main` (render.pod): no mount of a task there,
-nor over a folder above it."""
+"""Where the trial runner and its state live in `main` (render.pod): no mount of a task there
+(nor at `/`, refused for every service)."""
 RESERVED_NAMES = ("secrets", "probe")
 """Containers of a trial pod besides `main` (render.pod); `agent-*` are its bundle copies."""
 ALLOWED_CAPABILITIES = frozenset({"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID",
@@ -135,10 +135,10 @@ class VolumeMount:
         return self.files == (self.source,)
 
 
-MAX_BIND_FILES = 1000
-MAX_BIND_BYTES = 700 * 1024
+MAX_BIND_FILES, MAX_BIND_BYTES = 1000, 700 * 1024
 """The task files one bind mount may hold: they reach the pod in one ConfigMap, which the
-apiserver holds to 1 MiB in all (names, and the contents base64-encoded in etcd's copy)."""
+apiserver holds to 1 MiB in all (names, and the contents base64-encoded in etcd's copy), each
+an item of the pod's volume."""
 
 
 @dataclass(frozen=True)
@@ -761,8 +761,7 @@ def _service(name: str, body: Any, named: set[str], files: Mapping[str, bytes], 
     if name == MAIN:
         for i, volume in enumerate(volumes):
             target = posixpath.normpath(volume.target)
-            if any(target == p or target.startswith(p + "/")
-                                    or p.startswith(target + "/") for p in RUNNER_PATHS):
+            if any(target == p or target.startswith(p + "/") for p in RUNNER_PATHS):
                 raise _error(f"volume target {volume.target!r} is the trial runner's, which "
                              "no task may mount over", f"{where}.volumes[{i}]")
     ports = tuple(_container_port(p, f"{where}.ports") for p in body.get("ports") or [])
