@@ -21,8 +21,9 @@ const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | "
 	"put-secrets ID | install DEST"
 
 const (
-	killAfter    = 5     // seconds between TERM and KILL
-	outputLimit  = 65536 // the phase output's tail kept
+	killAfter    = 5       // seconds between TERM and KILL
+	outputLimit  = 65536   // the phase output's tail kept
+	outputCap    = 4 << 20 // the phase output file's size past which its head is dropped
 	defaultLimit = 262144
 	maxBundle    = 1 << 30
 )

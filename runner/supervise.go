@@ -185,6 +185,49 @@ func exitCode(err error, state *os.ProcessState) int {
 	return state.ExitCode()
 }
 
+// capOutput keeps a running phase's output file (appended to by the phase's processes) small:
+// only its last outputLimit bytes ever leave the pod, so past limit bytes it keeps that tail
+// behind a line saying how much was dropped, checked every period until stop. A chatty or
+// hostile command (`yes`) would otherwise fill the node's disk with it. At stop, what it
+// dropped is said once more on the file's last line, which the operator keeps with the
+// phase's log (its `shipyard runner:` lines).
+func capOutput(id string, out *os.File, path string, limit int64, period time.Duration,
+	stop <-chan struct{}) {
+	var dropped int64
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-stop:
+			if dropped > 0 {
+				// On a line of its own: the operator keeps the lines that start so.
+				if last, _, _ := tail(path, 1); len(last) == 1 && last[0] != '\n' {
+					_, _ = out.WriteString("\n")
+				}
+				fmt.Fprintf(out, "shipyard runner: phase %s: %d bytes of its output dropped "+
+					"(past %d bytes, its tail kept)\n", id, dropped, limit)
+			}
+			return
+		case <-ticker.C:
+		}
+		st, err := out.Stat()
+		if err != nil || st.Size() <= limit {
+			continue
+		}
+		data, size, err := tail(path, outputLimit)
+		if err != nil {
+			continue
+		}
+		// The writers append (O_APPEND): after the truncation they go on at the new end.
+		if out.Truncate(0) != nil {
+			continue
+		}
+		dropped += size - int64(len(data))
+		fmt.Fprintf(out, "[... %d bytes of this output dropped ...]\n", dropped)
+		_, _ = out.Write(data)
+	}
+}
+
 func openOutput(s string) (*os.File, error) {
 	return os.OpenFile(s+"/output", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 }
@@ -278,6 +321,11 @@ func supervise(id string) {
 	} else {
 		writeFile(s+"/pid", fmt.Sprintf("%d\n", cmd.Process.Pid))
 		child = cmd.Process.Pid
+		stopCap, capped := make(chan struct{}), make(chan struct{})
+		go func() {
+			capOutput(id, out, s+"/output", outputCap, 50*time.Millisecond, stopCap)
+			close(capped)
+		}()
 		var timer *time.Timer
 		if t, err := strconv.Atoi(spec["TIMEOUT"]); err == nil && t > 0 {
 			timer = time.AfterFunc(time.Duration(t)*time.Second, func() {
@@ -289,6 +337,8 @@ func supervise(id string) {
 			})
 		}
 		err := cmd.Wait()
+		close(stopCap)
+		<-capped
 		if timer != nil {
 			timer.Stop()
 		}

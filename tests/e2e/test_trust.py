@@ -381,6 +381,31 @@ def test_an_agent_over_its_storage_limit_gets_no_free_retry(shipyard):
     assert "LimitRange" in failed["message"], failed
 
 
+def test_an_agent_that_floods_the_runners_output_keeps_its_storage_and_its_reward(shipyard):
+    """The runner's file of a phase's output (what the phase prints outside its own log, here
+    reached as the phase's shell's stdout, /proc/$$/fd/1) is the pod's storage, and only its
+    tail is ever read: 1 GB appended to it under a 256 MiB storage limit could get the pod
+    evicted, and without a limit fill the node's disk. The runner keeps the file near 4 MiB
+    while the phase runs: the agent finishes, the trial is rewarded, and the agent's log
+    carries the runner's line saying how much it dropped."""
+    from shipyard.api.conventions import logs_configmap_name
+
+    shipyard.task("chatty", task_files(
+        "test -f /app/done && echo 1 > /logs/verifier/reward.txt"
+        " || echo 0 > /logs/verifier/reward.txt\n",
+        toml_extra="storage_mb = 256\n", agent_timeout=240))
+    shipyard.trial("chatty-agent", "chatty", {
+        "name": "command",
+        "command": "yes shipyard-chatter | head -c 1000000000 >> /proc/$$/fd/1; touch /app/done"},
+        retries=0)
+    body = shipyard.wait("chatty-agent", timeout=300)
+    assert body["status"].get("reward") == 1, brief(body["status"])
+    log = shipyard.core.read_namespaced_config_map(
+        logs_configmap_name("chatty-agent"), shipyard.namespace).data["agent.log"]
+    dropped = re.search(r"shipyard runner: phase \S+: (\d+) bytes of its output dropped", log)
+    assert dropped and int(dropped.group(1)) > 900_000_000, log
+
+
 def _rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
