@@ -80,7 +80,7 @@ STAND_INS = {
         'procps): a local test stand-in, not the upstream image"\n',
         ["library/debian:bookworm", "library/debian:bookworm-slim", "library/debian:12",
          "library/debian:12-slim", "library/ubuntu:24.04", "library/ubuntu:22.04",
-         "library/ubuntu:latest", "library/debian:latest"],
+         "library/ubuntu:latest", "library/ubuntu:26.04", "library/debian:latest"],
     ),
     "python": (
         f"FROM {BASE_REPO}\n" + _TRUST +
@@ -111,16 +111,19 @@ _GO = ('RUN python3 -c "import io, os, urllib.request, zipfile; '
        "&& rm -rf /tmp/go\n"
        "ENV GOPATH=/go PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:"
        "/usr/sbin:/usr/bin:/sbin:/bin\n")
-for _minor, _patch in (("1.25", "1.25.0"), ("1.24", "1.24.0")):
+# (minor, the release its stand-in carries, other releases of that minor its tags name): the
+# releases public tasks pin; the newest minor is also `1` and `latest`.
+_GO_RELEASES = (("1.26", "1.26.2", ("1.26.0",)), ("1.25", "1.25.0", ()), ("1.24", "1.24.0", ()),
+                ("1.23", "1.23.4", ()), ("1.22", "1.22.12", ("1.22.7",)))
+for _minor, _patch, _others in _GO_RELEASES:
     STAND_INS[f"golang-{_minor}"] = (
         f"FROM {BASE_REPO}\n" + _TRUST
         + _APT.format("ca-certificates git gcc libc6-dev make curl") + _GO.format(v=_patch)
         + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Go {_patch} from the Go module proxy\'s '
         'toolchain module: a local test stand-in, not the upstream golang image"\n',
-        [f"library/golang:{t}" for t in (_minor, f"{_minor}-bookworm", _patch,
-                                          f"{_patch}-bookworm")]
+        [f"library/golang:{t}{s}" for t in (_minor, _patch, *_others) for s in ("", "-bookworm")]
         + ([f"library/golang:{t}" for t in ("1", "latest", "bookworm", "1-bookworm")]
-           if _minor == "1.25" else []))
+           if _minor == _GO_RELEASES[0][0] else []))
 STAND_INS["gcc"] = (
     f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates build-essential git curl")
     + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s gcc (12) and build-essential, '

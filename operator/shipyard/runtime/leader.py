@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from shipyard.kube import lease as kube_lease
 from shipyard.kube.client import own_namespace
-from shipyard.kube.errors import ApiException, TransportError
-from shipyard.plan.settings import LeaderSettings
+from shipyard.kube.errors import ApiException, TransportError, describe
+from shipyard.plan.settings import LEASE_NAMESPACE_ENV, LeaderSettings
 from shipyard.reconcile.leader import LeaseState, Step, decide, must_stop, renew_timeout
 
 EXIT_LOST = 3
@@ -92,9 +92,20 @@ class Leadership:
             except kube_lease.LeaseConflict as e:  # another candidate was faster
                 log.info(f"standby: {e}; looking again")
             except (ApiException, TransportError, OSError) as e:
-                log.warning(f"standby: reading {self.where} failed: {e}; again in "
+                log.warning(f"standby: taking {self.where} failed: {self._why(e)}; again in "
                             f"{s.retry_sec:g}s")
                 time.sleep(s.retry_sec)
+
+    def _why(self, exc: BaseException) -> str:
+        """One line (not the client's dump of headers and body), with what to change when the
+        Lease's namespace does not exist (a kubeconfig whose namespace was deleted)."""
+        why = describe(exc) or str(exc)
+        if (isinstance(exc, ApiException) and exc.status == 404
+                and f'namespaces "{self.namespace}" not found' in why):
+            why += (f" (the Lease's namespace does not exist: create it, or set "
+                    f"{LEASE_NAMESPACE_ENV} or the kubeconfig context's namespace to one "
+                    "that does)")
+        return why
 
     def keep(self) -> None:
         """Renew the Lease every retry period, and watch the renew deadline, in threads."""
@@ -116,7 +127,7 @@ class Leadership:
                 try:
                     current = kube_lease.read(self.namespace, self.name, timeout)
                 except (ApiException, TransportError, OSError) as e:
-                    log.warning(f"renewing {self.where}: reading it failed: {e}")
+                    log.warning(f"renewing {self.where}: reading it failed: {self._why(e)}")
                     continue
                 if current is not None and current.holder == self.identity:
                     self.lease = current  # our own write whose answer was lost: renew again
@@ -124,7 +135,7 @@ class Leadership:
                 holder = current.holder if current else "nobody (deleted)"
                 self._lost(f"{self.where} is now held by {holder}")
             except (ApiException, TransportError, OSError) as e:
-                log.warning(f"renewing {self.where} failed: {e}")
+                log.warning(f"renewing {self.where} failed: {self._why(e)}")
 
     def _watchdog(self) -> None:
         while not self._stop.wait(WATCHDOG_SEC):
