@@ -331,3 +331,9 @@ def test_a_service_the_agent_started_serves_the_tests_with_keep_and_is_named_wit
     agent = "\n".join(v for k, v in log.items() if "agent" in k)
     assert "the phase left processes running, now ended: sh" in agent, log
     assert "verifier.agentProcesses Keep" in agent, agent
+    told = [e for e in shipyard.events("service-end-oracle")
+            if e.reason == "AgentProcessesEnded"]
+    assert len(told) == 1 and told[0].type == "Warning", told
+    assert "ended before the verifier: sh" in told[0].message, told[0].message
+    assert not [e for e in shipyard.events("service-keep-oracle")
+                if e.reason == "AgentProcessesEnded"]

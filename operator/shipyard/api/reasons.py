@@ -96,6 +96,7 @@ class Reason(StrEnum):
     VERIFIER_STARTED = "VerifierStarted"
     AGENT_TIMEOUT = "AgentTimeout"
     AGENT_FINISHED = "AgentFinished"
+    AGENT_PROCESSES_ENDED = "AgentProcessesEnded"
     STEP_REWARDED = "StepRewarded"
     ARTIFACTS_SKIPPED = "ArtifactsSkipped"  # a separate verifier gets fewer artifacts: why
     MIN_REWARD_NOT_MET = "MinRewardNotMet"

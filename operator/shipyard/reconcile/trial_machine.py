@@ -496,6 +496,11 @@ def _on_result(status: TrialStatus, plan: TrialPlan, phase_id: str, result: Phas
                        f"{_tail(result.output)}")
             return _abort_step(status, plan, step, HarborError.RUNTIME, message, now, outcome)
     elif kind == "agent":
+        ended = ended_processes(result.runner_notes)
+        if ended is not None:
+            outcome.events.append(("Warning", Reason.AGENT_PROCESSES_ENDED, (
+                f"the agent phase left processes running, ended before the verifier: {ended} "
+                "(spec.verifier.agentProcesses: Keep keeps them, as Harbor does)")))
         error = _agent_error(spec, rec, result, runner_failed, outcome)
         if spec.installed_agent is not None:
             error = _installed_agent_outcome(status, spec, result, error, outcome,
@@ -548,6 +553,20 @@ def _agent_error(spec: PhaseSpec, rec: PhaseRecord, result: PhaseStatus, runner_
         rec.state = "Failed"
         return HarborError.NON_ZERO_AGENT_EXIT, rec.message
     return None  # the story goes on with VerifierStarted: no Event of its own
+
+
+ENDED_NOTE = "shipyard runner: the phase left processes running, now ended: "
+
+
+def ended_processes(notes: str, limit: int = 300) -> str | None:
+    """The names of the processes a phase left running that the runner ended (its note), or
+    None. The first such note, at most `limit` characters: a task whose tests check a service
+    its solution started scores 0 by default, and says why."""
+    for line in notes.splitlines():
+        if line.startswith(ENDED_NOTE):
+            names = line[len(ENDED_NOTE):].split(" (", 1)[0].strip()
+            return names[:limit] or None
+    return None
 
 
 TRAJECTORY_LIMIT_BYTES = 256 * 1024

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard.api.models import Condition, TrialStatus
+from shipyard.api.reasons import Reason
 from shipyard.plan.phases import REWARD_JSON, REWARD_TXT, TEST_STDOUT, TrialPlan
 from shipyard.reconcile import trial_machine as m
 from shipyard.reconcile.pod_observation import PodObservation, observe_pod
@@ -192,6 +193,24 @@ def test_what_the_runner_ended_after_a_phase_is_kept_with_its_log() -> None:
         "verifier": done(files={REWARD_TXT: b"0", TEST_STDOUT: b"1 failed\n"}),
     })
     assert run.logs == {"agent.log": "solved\n" + note, "verifier.log": "1 failed\n"}
+    # ... and told in a Warning Event: why a task whose tests check a service its solution
+    # started scores 0 here and 1 under Harbor.
+    ended = [e for e in run.events if e[1] == Reason.AGENT_PROCESSES_ENDED]
+    assert ended == [("Warning", Reason.AGENT_PROCESSES_ENDED,
+                      "the agent phase left processes running, ended before the verifier: "
+                      "redis-server (spec.verifier.agentProcesses: Keep keeps them, as Harbor "
+                      "does)")]
+
+
+def test_no_event_when_the_agent_left_nothing_running() -> None:
+    run = drive(plan_for(agent={"name": "oracle"}), {
+        "agent": done(files={"/logs/agent/oracle.txt": b"solved\n",
+                             "output": b"shipyard runner: phase agent: 9 bytes dropped\n"}),
+        "verifier": done(files={REWARD_TXT: b"1", TEST_STDOUT: b"ok\n"}),
+    })
+    assert not [e for e in run.events if e[1] == Reason.AGENT_PROCESSES_ENDED]
+    assert m.ended_processes("shipyard runner: the phase left processes running, now ended: "
+                             + "x" * 1000) == "x" * 300
 
 
 def test_a_zero_reward_is_still_complete() -> None:
