@@ -13,12 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
 	"chain LIMIT SIZE [artifacts=N] ID[:KEY|:-]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
 	"stop ID [LIMIT] | ready | artifacts LIMIT [ITEMS] | sweep | " +
-	"put-secrets ID | install DEST"
+	"put-secrets ID | install DEST | fence TIMEOUT MESSAGE ADDR..."
 
 const (
 	killAfter    = 5       // seconds between TERM and KILL
@@ -156,6 +157,15 @@ func main() {
 	case "install":
 		need(1)
 		install(args[0])
+	case "fence":
+		// A pod's first init container: no container of the task's image (its ENTRYPOINT, a
+		// compose sidecar) starts before the pod's policy is in force. Its failure is the
+		// container's termination message, which the operator reports.
+		need(3)
+		if err := fence(args[2:], time.Duration(intArg(args, 0, 0))*time.Second, args[1]); err != nil {
+			_ = os.WriteFile("/dev/termination-log", []byte(err.Error()), 0o644)
+			die(1, "%s", err.Error())
+		}
 	default:
 		die(2, usage)
 	}

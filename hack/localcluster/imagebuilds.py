@@ -136,6 +136,13 @@ STAND_INS["node"] = (
     'the tag says: a local test stand-in, not the upstream node image"\n',
     [f"library/node:{v}{s}" for v in ("18", "20", "22", "24", "lts", "latest")
      for s in ("", "-slim", "-bookworm", "-bookworm-slim")])
+STAND_INS["temurin-17"] = (
+    f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("ca-certificates openjdk-17-jdk-headless curl")
+    + "ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64\n"
+    + f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s OpenJDK 17, whatever the tag '
+    'says: a local test stand-in, not the upstream eclipse-temurin image"\n',
+    [f"library/eclipse-temurin:{t}" for t in ("17", "17-jdk", "17-jdk-jammy", "17-jammy",
+                                              "17.0.12_7-jdk-jammy", "17-jdk-focal")])
 _APK = """\
 COPY <<'EOF' /sbin/apk
 #!/bin/sh

@@ -475,3 +475,42 @@ def test_an_offline_agent_phase_is_offline_from_its_first_instant(
     dns = core_v1.read_namespaced_service("kube-dns", "kube-system").spec.cluster_ip
     window_trials(shipyard, core_v1, namespace, "offline", [outside, f"{dns}:53"],
                   agent_extra='network_mode = "no-network"\n')
+
+
+def test_no_images_entrypoint_reaches_the_cluster_in_the_moment_its_pod_starts(
+        shipyard, core_v1, namespace, busy_node):
+    """A task image's ENTRYPOINT runs when its container starts, before any phase and its
+    fence: task-author code. Six pods start at once on a busy node, each image's ENTRYPOINT
+    trying the apiserver from its first instant, in the background, before it execs the
+    pod's command: none reaches it, because no container of the task's image starts before the
+    pod's fence init container has seen the policy in force (before it, one in three such
+    pods reached the apiserver on an idle node, 0.8 s after its start)."""
+    endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
+    service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    targets = " ".join(sorted({f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
+                                                   for a in s.addresses for p in s.ports)}))
+    files = task_files(
+        "for i in $(seq 100); do [ -e /tmp/seen.json ] && break; sleep 0.2; done\n"
+        "cat /tmp/seen.json\n"
+        "python3 -c 'import json; seen = json.load(open(\"/tmp/seen.json\")); "
+        "open(\"/logs/verifier/reward.txt\", \"w\").write(\"0\" if seen else \"1\")'\n",
+        toml_extra="build_timeout_sec = 600\n")
+    files["task.toml"] = "\n".join(line for line in files["task.toml"].splitlines()
+                                   if not line.startswith("docker_image")) + "\n"
+    files["environment/window.py"] = WINDOW_PROBE
+    files["environment/Dockerfile"] = (
+        "FROM python:3.12-slim\n"
+        "COPY window.py /window.py\n"
+        "WORKDIR /app\n"
+        'ENTRYPOINT ["/bin/sh", "-c", "python3 /window.py ' + targets + ' > /tmp/seen.part '
+        '&& mv /tmp/seen.part /tmp/seen.json & exec \\"$@\\"", "--"]\n')
+    shipyard.task("entrypoint", files)
+    names = [f"entrypoint-{i}" for i in range(6)]
+    for trial in names:
+        shipyard.trial(trial, "entrypoint", {"name": "nop"})
+    for trial in names:
+        done = shipyard.wait(trial, timeout=600)
+        logs = core_v1.read_namespaced_config_map(done["status"]["logsConfigMap"],
+                                                  namespace).data
+        assert done["status"]["phase"] == "Completed", (done["status"], logs)
+        assert done["status"]["rewards"]["reward"] == 1.0, (trial, logs.get("verifier.log"))

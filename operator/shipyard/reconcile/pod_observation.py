@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from shipyard.api.conventions import (
+    FENCE_INIT_CONTAINER,
     LABEL_NETWORK,
     PROBE_CONTAINER,
     RUNNER_INIT_CONTAINER,
@@ -61,6 +62,9 @@ class PodObservation:
     """When the last change of `network` has been applied by the dataplane (None: long ago)."""
     service_failure: str | None = None
     """A docker-compose service that failed to start (`service_failure`)."""
+    fence_failure: str | None = None
+    """The pod's network policy was not in force within the fence's time: its fence init
+    container's message (`fence_failure`); no container of the task's image started."""
     container_exit: bool = False
     """`lost` because of what ran in the pod (issue 22, class 7): a container ended by itself
     (neither OOM-killed, nor the pod deleted, evicted or its node lost), or the kubelet evicted
@@ -142,6 +146,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
         service_failure=service_failure(pod),
+        fence_failure=fence_failure(status),
         container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
@@ -175,6 +180,18 @@ def go_runner_of(spec: dict[str, Any]) -> str | None:
                  if c.get("name") == RUNNER_INIT_CONTAINER), None)
 
 
+def fence_failure(status: dict[str, Any]) -> str | None:
+    """The fence init container's message when it failed (the runner's own words: the
+    container runs nothing of the task's image), else None."""
+    for cs in status.get("initContainerStatuses") or []:
+        ended = (cs.get("state") or {}).get("terminated") or {}
+        if cs.get("name") == FENCE_INIT_CONTAINER and ended and ended.get("exitCode") != 0:
+            message = (ended.get("message") or "").strip()[:1000]
+            return message or (f"the network fence failed ({ended.get('reason') or 'Error'}, "
+                               f"exit code {ended.get('exitCode')})")
+    return None
+
+
 SERVICE_LOG_LINES = 15
 
 
@@ -184,7 +201,8 @@ def service_failure(pod: dict[str, Any]) -> str | None:
     service that exited non-zero; with the tail of its log (its termination message)."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     services = {c.get("name"): c for c in spec.get("initContainers") or []
-                if not str(c.get("name", "")).startswith("agent-")}
+                if not str(c.get("name", "")).startswith("agent-")
+                and c.get("name") not in (RUNNER_INIT_CONTAINER, FENCE_INIT_CONTAINER)}
     main_started = any(cs.get("name") == "main" and ("running" in (cs.get("state") or {})
                                                       or "terminated" in (cs.get("state") or {}))
                        for cs in status.get("containerStatuses") or [])

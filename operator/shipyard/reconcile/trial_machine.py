@@ -1013,6 +1013,8 @@ def _pod_failure(status: TrialStatus, plan: TrialPlan, role: Role, pod: PodObser
     what = Role(role).noun
     if not pod.exists:
         return Reason.POD_LOST, f"the {what} pod {pod_name(status, role)} was deleted"
+    if pod.fence_failure:  # before anything of the task's image ran
+        return Reason.NETWORK_POLICY_UNENFORCEABLE, f"the {what} pod: {pod.fence_failure}"
     if pod.service_failure:  # a one-shot service's failure also ends the pod (Failed)
         return Reason.ENVIRONMENT_SETUP_FAILED, pod.service_failure
     if pod.lost:

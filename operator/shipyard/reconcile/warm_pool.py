@@ -37,13 +37,15 @@ def observe_warm_pod(pod: dict[str, Any]) -> WarmPod:
     state: WarmState
     if seen.deleting:
         state = "deleting"
-    elif seen.lost or seen.image_pull_permanent or seen.config_error or seen.service_failure:
+    elif (seen.lost or seen.image_pull_permanent or seen.config_error or seen.service_failure
+          or seen.fence_failure):
         state = "dead"
     elif seen.running:
         state = "ready"
     else:
         state = "starting"
-    problem = (seen.lost or seen.image_pull_error or seen.config_error or seen.service_failure
+    problem = (seen.fence_failure or seen.lost or seen.image_pull_error or seen.config_error
+               or seen.service_failure
                if state in ("dead", "starting") else None)
     return WarmPod(meta.get("name", ""), meta.get("resourceVersion", ""),
                    (meta.get("labels") or {}).get(LABEL_WARM_KEY), state, seen.created_at,

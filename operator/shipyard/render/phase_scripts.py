@@ -109,12 +109,17 @@ def _op(name: str, **fields: Any) -> Op:
     return {"op": name, **{k: v for k, v in fields.items() if v not in (None, "", [], ())}}
 
 
-def _fence_message(fence: Fence) -> str:
-    return (f"{FENCE_MARK} after {_seconds(fence.timeout_sec)} s: the pod still reached "
+def fence_message(fence: Fence, not_run: str = "Nothing of the phase ran.") -> str:
+    """Why a fence failed ("{}" the address still reached), and what did not run."""
+    return (f"{FENCE_MARK} after {fence_seconds(fence)} s: the pod still reached "
             f"{fence.target} at {{}}, which the phase's policy blocks. Does the cluster's CNI "
             "enforce NetworkPolicy, and does no other policy of the namespace let trial pods "
-            "out? Nothing of the phase ran. (SHIPYARD_NETWORK_FENCE_SEC=0 turns this check "
+            f"out? {not_run} (SHIPYARD_NETWORK_FENCE_SEC=0 turns this check "
             "off: trials then run open where policies are not enforced.)")
+
+
+def fence_seconds(fence: Fence) -> int:
+    return _seconds(fence.timeout_sec)
 
 
 def _seconds(value: float) -> int:
@@ -124,9 +129,9 @@ def _seconds(value: float) -> int:
 def _fence_ops(fence: Fence) -> tuple[Op, ...]:
     """The runner connects to the apiserver until it is refused or unanswered (the pod's
     policy in force), then the phase goes on; after the fence's time the phase fails with
-    `_fence_message` ("{}" the address still reached)."""
+    `fence_message` ("{}" the address still reached)."""
     return (_op("fence", addrs=list(fence.sockets), timeout=_seconds(fence.timeout_sec),
-                command=_fence_message(fence)),)
+                command=fence_message(fence)),)
 
 
 def _fence_prepare(fence: Fence, phase_id: str) -> str:
@@ -134,7 +139,7 @@ def _fence_prepare(fence: Fence, phase_id: str) -> str:
     them every connect fails and the fence passes (runner.sh trusts the image)."""
     sockets = " ".join(shlex.quote(s) for s in fence.sockets)
     message = shlex.quote(f"shipyard runner: preparing phase {phase_id} failed: fence "
-                          + _fence_message(fence).replace("{}", "%s"))
+                          + fence_message(fence).replace("{}", "%s"))
     return ("tries=0\n"
             "while :; do\n"
             "  open=\n"

@@ -9,6 +9,7 @@ from typing import Any
 
 from shipyard.api import conventions
 from shipyard.api.conventions import (
+    FENCE_INIT_CONTAINER,
     LABEL_COMPONENT,
     LABEL_NETWORK,
     LABEL_TASK,
@@ -27,9 +28,11 @@ from shipyard.api.conventions import (
 )
 from shipyard.api.models import API_VERSION
 from shipyard.plan.agents import AGENTS_ROOT, BUNDLE_SOURCE
+from shipyard.plan.network import Fence
 from shipyard.plan.phases import PodPlan, TrialPlan
 from shipyard.render.accelerators import apply_scheduling
 from shipyard.render.compose import apply_compose
+from shipyard.render.phase_scripts import fence_message, fence_seconds
 from shipyard.render.runner_parts import RunnerConfigMaps, runner_parts_volume
 
 SECRETS_MOUNT = "/run/shipyard-secrets"
@@ -224,6 +227,31 @@ def runner_init_container(image: str) -> dict[str, Any]:
     }
 
 
+def fence_init_container(image: str, pull_policy: str | None, fence: Fence) -> dict[str, Any]:
+    """The pod's first init container after the runner's: the runner's `fence` (the same as a
+    first phase's), run from the task's image with `command` set, so that the image's
+    ENTRYPOINT does not run and nothing else of it does. No container of the task's image
+    (the main container's ENTRYPOINT, a docker-compose sidecar) starts before the pod's
+    policy is in force: a CNI programs it a moment after the pod starts (kube-router: about a
+    second), and an image's ENTRYPOINT reached the apiserver in that moment. Its failure (the
+    policy not in force after the fence's time) is its termination message."""
+    container: dict[str, Any] = {
+        "name": FENCE_INIT_CONTAINER,
+        "image": image,
+        "command": [RUNNER_PATH, "fence", str(fence_seconds(fence)),
+                    fence_message(fence, "No container of the task's image started."),
+                    *fence.sockets],
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "200m", "memory": "32Mi"}},
+        "volumeMounts": [{"name": "runner", "mountPath": RUNNER_MOUNT, "readOnly": True}],
+    }
+    if pull_policy:
+        container["imagePullPolicy"] = pull_policy
+    return container
+
+
 Runner = str | RunnerConfigMaps | None
 """How the runner reaches a pod: the static Go runner's image (copied by an init container),
 its ConfigMaps (`render.runner_parts`, mounted), or None: runner.sh from its ConfigMap."""
@@ -250,16 +278,18 @@ def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: st
     runs; without, the pod has no readiness probe (a phase's end is waited for by an exec).
     With `runner` (`Runner`, from the operator's settings) the pod runs the static Go runner,
     else runner.sh."""
+    # The Go runner only: runner.sh cannot connect without the image's bash.
+    fence = plan.network.fence if plan.network is not None and runner is not None else None
     if role == Role.ENV:
         pod_plan = plan.environment
         pod = _base_pod(trial, pod_plan, Role.ENV, name, plan.secret_names, probe_image,
-                        runner)
+                        runner, fence)
     else:
         verifier = plan.step(step).verifier_pod
         assert verifier is not None
         pod_plan = verifier
         pod = _base_pod(trial, pod_plan, Role.VERIFIER, name, probe_image=probe_image,
-                        runner=runner)
+                        runner=runner, fence=fence)
     if plan.network is not None:
         pod["metadata"]["labels"][LABEL_NETWORK] = plan.network.baseline(role, step)
     return apply_scheduling(pod, pod_plan.accelerators, plan.pod_overrides)
@@ -267,7 +297,7 @@ def build_trial_pod(trial: dict[str, Any], plan: TrialPlan, role: Role, step: st
 
 def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
               secret_names: tuple[str, ...] = (), probe_image: str | None = None,
-              runner: Runner = None) -> dict[str, Any]:
+              runner: Runner = None, fence: Fence | None = None) -> dict[str, Any]:
     """A trial pod (the agent environment, or a separate verifier): the image kept alive with
     a sleep (ENTRYPOINT kept, as Harbor does), the runner mounted (`build_trial_pod` for the
     readiness probe). Secrets are mounted only into the
@@ -298,6 +328,8 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}
     init = [runner_init_container(runner)] if isinstance(runner, str) else []
+    if fence is not None:
+        init.append(fence_init_container(plan.image, plan.image_pull_policy, fence))
     init += [agent_bundle_container(n, image) for n, image in plan.agent_bundles]
     if init:
         spec_extra["initContainers"] = init

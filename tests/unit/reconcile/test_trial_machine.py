@@ -839,3 +839,30 @@ def test_a_write_before_an_exec_only_after_long_work_of_more_than_one_exec() -> 
     assert not m.write_before_exec(30.0, 1)  # one slow exec: redone at once after a restart
     assert not m.write_before_exec(m.UNSAVED_WORK_SEC - 0.1, 5)
     assert m.write_before_exec(m.UNSAVED_WORK_SEC + 0.1, 2)
+
+
+def test_a_fence_init_container_that_failed_fails_the_trial_unenforceable_in_its_words(
+) -> None:
+    """The pod's network policy was never in force: nothing of the task's image started, and
+    the trial fails NetworkPolicyUnenforceable with the fence's own message (a compose
+    sidecar that failed is another matter: EnvironmentSetupFailed)."""
+    message = ("network policy not in force after 30 s: the pod still reached the apiserver "
+               "at 10.96.0.1:443, which the phase's policy blocks. ...")
+    status = {"phase": "Failed", "conditions": [{"type": "PodScheduled", "status": "True"}],
+              "initContainerStatuses": [{"name": "fence", "state": {"terminated": {
+                  "exitCode": 1, "reason": "Error", "message": message}}}],
+              "containerStatuses": [{"name": "main", "state": {"waiting": {
+                  "reason": "PodInitializing"}}}]}
+    body = pod(status=status)
+    body["spec"]["initContainers"] = [{"name": "fence"}]
+    seen = observe_pod(body)
+    assert seen.fence_failure == message and seen.service_failure is None
+    plan = plan_for()
+    action, decided, _ = m.next_action(with_pod(plan), plan, pods(seen), at(5))
+    assert isinstance(action, m.Finish)
+    failed = cond(decided, "Failed")
+    assert failed.reason == "NetworkPolicyUnenforceable"
+    assert failed.message == f"the environment pod: {message}"
+    passed = {**status, "initContainerStatuses": [{"name": "fence", "state": {
+        "terminated": {"exitCode": 0, "reason": "Completed"}}}]}
+    assert observe_pod(pod(status=passed)).fence_failure is None

@@ -46,7 +46,11 @@ from shipyard.render.pod import (
     runner_script,
     truncate_log,
 )
-from shipyard.render.runner_parts import runner_configmap_names, runner_configmaps
+from shipyard.render.runner_parts import (
+    RunnerConfigMaps,
+    runner_configmap_names,
+    runner_configmaps,
+)
 from shipyard.taskformat import load_task_dir
 from tests.golden import assert_golden
 from tests.unit.helpers import HELLO_TOML, REPO, hello_world, plan_for, task, trial_body
@@ -464,3 +468,46 @@ def test_golden_example_pods(example: str, role: Role) -> None:
     rendered = header + yaml.safe_dump(pod, sort_keys=False)
     rendered = rendered.replace(runner_configmap_name(), "shipyard-runner-<digest>")
     assert_golden(GOLDEN / f"{example}-{role.noun}-pod.yaml", rendered)
+
+
+def _fenced(plan: TrialPlan) -> TrialPlan:
+    from dataclasses import replace
+
+    from shipyard.plan.network import Fence
+
+    assert plan.network is not None
+    return replace(plan, network=replace(plan.network, fence=Fence(("10.96.0.1:443",), 30.0)))
+
+
+def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_passes(
+) -> None:
+    """An image's ENTRYPOINT runs when its container starts, before any phase: the fence
+    (the pod's policy in force) is the pod's first init container after the runner's, run
+    from the task's image with `command` set (its ENTRYPOINT does not run), mounting only the
+    runner read-only, before the agent bundles and a compose task's sidecars."""
+    from shipyard.api.conventions import FENCE_INIT_CONTAINER
+
+    body = trial_body()
+    plan = _fenced(plan_for(agent={"name": "oracle"}))
+    name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
+    pod = build_trial_pod(body, plan, Role.ENV, None, name, None, "reg/runner:1")
+    runner, fence = pod["spec"]["initContainers"][:2]
+    assert (runner["name"], fence["name"]) == ("runner", FENCE_INIT_CONTAINER)
+    assert fence["image"] == container(pod)["image"] == plan.environment.image
+    assert fence["command"][:3] == [RUNNER_PATH, "fence", "30"]
+    assert fence["command"][3].startswith("network policy not in force after 30 s")
+    assert "No container of the task's image started." in fence["command"][3]
+    assert fence["command"][4:] == ["10.96.0.1:443"]
+    assert "args" not in fence
+    assert fence["volumeMounts"] == [{"name": "runner", "mountPath": RUNNER_MOUNT,
+                                      "readOnly": True}]
+    assert fence["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # From ConfigMaps too; never with runner.sh (it cannot connect without the image's bash),
+    # nor without a fence.
+    parts = build_trial_pod(body, plan, Role.ENV, None, name, None,
+                            RunnerConfigMaps(("p-0", "p-1")))
+    assert [c["name"] for c in parts["spec"]["initContainers"]] == [FENCE_INIT_CONTAINER]
+    assert "initContainers" not in build_trial_pod(body, plan, Role.ENV, None, name, None)["spec"]
+    unfenced = build_trial_pod(body, plan_for(agent={"name": "oracle"}), Role.ENV, None, name,
+                               None, "reg/runner:1")
+    assert [c["name"] for c in unfenced["spec"]["initContainers"]] == ["runner"]
