@@ -123,13 +123,16 @@ class DeadWatch:
 
 def dead_hold(seen: DeadWatch, pods: list[WarmPod], now: float) -> tuple[float, DeadWatch]:
     """Seconds to hold back creating pods (0: none), and what to remember: a dead pod seen now
-    starts the hold again."""
+    starts the hold again. Why the last one failed is kept past the hold, while its
+    replacements start (they may fail the same way a moment later), until a pod is ready."""
     dead = next((p for p in pods if p.state == "dead"), None)
     if dead is not None:
         seen = DeadWatch(now, f"pod {dead.name} failed: {dead.problem or 'it ended'}")
     if seen.at is not None and now - seen.at < DEAD_BACKOFF_SEC:
         return DEAD_BACKOFF_SEC - (now - seen.at), seen
-    return 0.0, DeadWatch()
+    if any(p.state == "ready" for p in pods):
+        return 0.0, DeadWatch()
+    return 0.0, seen
 
 
 CLAIM_SETTLE_SEC = 1.0
