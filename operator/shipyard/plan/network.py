@@ -52,6 +52,7 @@ SETTING_ENV = {
     "block_cluster": "SHIPYARD_BLOCK_CLUSTER_EGRESS",
     "cluster_cidrs": "SHIPYARD_CLUSTER_CIDRS",
     "fence_sec": "SHIPYARD_NETWORK_FENCE_SEC",
+    "fence_containers": "SHIPYARD_NETWORK_FENCE_CONTAINERS",
 }
 DEFAULT_FENCE_SEC = 30.0
 FENCE_MARK = "network policy not in force"
@@ -214,6 +215,9 @@ class Fence:
     timeout_sec: float = DEFAULT_FENCE_SEC
     target: str = "the apiserver"
     """What `sockets` are, for the message."""
+    containers: bool = True
+    """Also before any container of the task's image starts (its ENTRYPOINT, compose
+    sidecars): the pod's `fence` init container (`render.pod.fence_init_container`)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ class NetworkConfig:
     block_cluster: bool = True
     cluster_cidrs: tuple[str, ...] = ()
     fence_sec: float = DEFAULT_FENCE_SEC
+    fence_containers: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -307,7 +312,8 @@ class NetworkConfig:
         return cls(backend or "auto", blocked, dns, families,
                    _flag(environ, SETTING_ENV["block_apiserver"]),
                    _flag(environ, SETTING_ENV["block_cluster"]),
-                   _cidrs(cluster_env, environ.get(cluster_env, "")), fence_sec)
+                   _cidrs(cluster_env, environ.get(cluster_env, "")), fence_sec,
+                   _flag(environ, SETTING_ENV["fence_containers"]))
 
     def resolve(self, discovered: Collection[str] = (),
                 node_families: Collection[str] = IP_FAMILIES,
@@ -345,7 +351,8 @@ class NetworkConfig:
         fence = None
         if (self.block_apiserver or self.block_cluster) and apiserver_sockets \
                 and self.fence_sec > 0:
-            fence = Fence(tuple(sorted(apiserver_sockets)), self.fence_sec)
+            fence = Fence(tuple(sorted(apiserver_sockets)), self.fence_sec,
+                          containers=self.fence_containers)
         dns_fence = None
         if dns_sockets and self.fence_sec > 0:
             dns_fence = Fence(tuple(sorted(dns_sockets)), self.fence_sec, "the cluster DNS")

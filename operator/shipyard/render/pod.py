@@ -328,7 +328,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         container["workingDir"] = plan.workdir
     spec_extra: dict[str, Any] = {}
     init = [runner_init_container(runner)] if isinstance(runner, str) else []
-    if fence is not None:
+    if fence is not None and fence.containers:
         init.append(fence_init_container(plan.image, plan.image_pull_policy, fence))
     init += [agent_bundle_container(n, image) for n, image in plan.agent_bundles]
     if init:

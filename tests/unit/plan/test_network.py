@@ -222,6 +222,13 @@ def test_the_fence_is_the_apiserver_s_sockets_unless_the_apiserver_is_open_or_it
     for bad in ("soon", "-1", "nan", "inf", "7200"):
         with pytest.raises(ValueError, match="SHIPYARD_NETWORK_FENCE_SEC"):
             settings_from_env({"SHIPYARD_NETWORK_FENCE_SEC": bad})
+    # Before any container of the task's image too, unless the cluster trusts its images.
+    assert settings.fence is not None and settings.fence.containers
+    trusting = settings_from_env({"SHIPYARD_NETWORK_FENCE_CONTAINERS": "false"},
+                                 apiserver_sockets=sockets).fence
+    assert trusting is not None and not trusting.containers
+    with pytest.raises(ValueError, match="SHIPYARD_NETWORK_FENCE_CONTAINERS"):
+        settings_from_env({"SHIPYARD_NETWORK_FENCE_CONTAINERS": "maybe"})
 
 
 def test_each_pod_s_first_phase_makes_the_fence_and_no_other_phase_does() -> None:

@@ -511,3 +511,10 @@ def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_
     unfenced = build_trial_pod(body, plan_for(agent={"name": "oracle"}), Role.ENV, None, name,
                                None, "reg/runner:1")
     assert [c["name"] for c in unfenced["spec"]["initContainers"]] == ["runner"]
+    from dataclasses import replace
+
+    assert plan.network is not None and plan.network.fence is not None
+    trusting = replace(plan, network=replace(plan.network, fence=replace(
+        plan.network.fence, containers=False)))  # SHIPYARD_NETWORK_FENCE_CONTAINERS=false
+    trusted = build_trial_pod(body, trusting, Role.ENV, None, name, None, "reg/runner:1")
+    assert [c["name"] for c in trusted["spec"]["initContainers"]] == ["runner"]
