@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from shipyard.api.conventions import RUNNER_INIT_CONTAINER
+from shipyard.api.conventions import FENCE_INIT_CONTAINER, RUNNER_INIT_CONTAINER
 from tests.e2e.conftest import ROOT, TEST_IMAGE, condition, wait_ready
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import complete, create_sweep, sweep_trials, wait_sweep
@@ -193,8 +193,10 @@ def test_claude_code_solves_hello_world_through_the_stub(cluster, shipyard, oper
         assert_key_nowhere(shipyard, operator, trial)
     # Setup from the cached bundle: the init container's copy of the 380 MB agent.
     pod = shipyard.core.read_namespaced_pod(solved["status"]["podName"], shipyard.namespace)
-    # (the runner's init container, when the pod has the Go runner, is not the agent's copy)
-    (init,) = [s for s in pod.status.init_container_statuses if s.name != RUNNER_INIT_CONTAINER]
+    # (the runner's init container, when the pod has the Go runner, and the network fence
+    # before any container of the task's image are not the agent's copy)
+    (init,) = [s for s in pod.status.init_container_statuses
+               if s.name not in (RUNNER_INIT_CONTAINER, FENCE_INIT_CONTAINER)]
     done = init.state.terminated
     assert done.exit_code == 0
     copy_sec = (done.finished_at - done.started_at).total_seconds()
