@@ -484,13 +484,16 @@ def test_an_offline_agent_phase_is_offline_from_its_first_instant(
 
 
 def test_no_images_entrypoint_reaches_the_cluster_in_the_moment_its_pod_starts(
-        shipyard, core_v1, namespace, busy_node):
+        cluster, shipyard, core_v1, custom_objects, busy_node, tmp_path_factory):
     """A task image's ENTRYPOINT runs when its container starts, before any phase and its
-    fence: task-author code. Six pods start at once on a busy node, each image's ENTRYPOINT
+    fence: task-author code. With SHIPYARD_NETWORK_FENCE_CONTAINERS (off by default: it costs
+    a cold trial about 2 s) six pods start at once on a busy node, each image's ENTRYPOINT
     trying the apiserver from its first instant, in the background, before it execs the
     pod's command: none reaches it, because no container of the task's image starts before the
-    pod's fence init container has seen the policy in force (before it, one in three such
-    pods reached the apiserver on an idle node, 0.8 s after its start)."""
+    pod's fence init container has seen the policy in force (without it the first trial's
+    ENTRYPOINT reached the apiserver 24 times in 3 s)."""
+    from tests.e2e.conftest import own_operator
+
     endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
     service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
     targets = " ".join(sorted({f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
@@ -510,8 +513,21 @@ def test_no_images_entrypoint_reaches_the_cluster_in_the_moment_its_pod_starts(
         "WORKDIR /app\n"
         'ENTRYPOINT ["/bin/sh", "-c", "python3 /window.py ' + targets + ' > /tmp/seen.part '
         '&& mv /tmp/seen.part /tmp/seen.json & exec \\"$@\\"", "--"]\n')
-    shipyard.task("entrypoint", files)
-    names = [f"entrypoint-{i}" for i in range(6)]
-    for trial in names:
-        shipyard.trial(trial, "entrypoint", {"name": "nop"})
-    each_scores_one(shipyard, core_v1, namespace, names, 600)
+    ns, operator = own_operator(cluster, core_v1, tmp_path_factory.mktemp("fence") /
+                                "operator.log", "fence",
+                                {"SHIPYARD_NETWORK_FENCE_CONTAINERS": "true",
+                                 "SHIPYARD_NETWORK_FENCE_SEC": "60"})
+    try:
+        fenced = type(shipyard)(custom_objects, core_v1, ns)
+        fenced.task("entrypoint", files)
+        names = [f"entrypoint-{i}" for i in range(6)]
+        for trial in names:
+            fenced.trial(trial, "entrypoint", {"name": "nop"}, keepPods=trial == names[0])
+        each_scores_one(fenced, core_v1, ns, names, 600)
+        kept = core_v1.read_namespaced_pod(fenced.get("trials", names[0])["status"]["podName"],
+                                           ns)
+        assert kept.spec.init_containers[0].name == "fence", kept.spec.init_containers
+        assert kept.status.init_container_statuses[0].state.terminated.exit_code == 0
+    finally:
+        operator.stop()
+        core_v1.delete_namespace(ns)

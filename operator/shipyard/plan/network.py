@@ -215,9 +215,12 @@ class Fence:
     timeout_sec: float = DEFAULT_FENCE_SEC
     target: str = "the apiserver"
     """What `sockets` are, for the message."""
-    containers: bool = True
+    containers: bool = False
     """Also before any container of the task's image starts (its ENTRYPOINT, compose
-    sidecars): the pod's `fence` init container (`render.pod.fence_init_container`)."""
+    sidecars): the pod's `fence` init container (`render.pod.fence_init_container`).
+    ``SHIPYARD_NETWORK_FENCE_CONTAINERS``, off by default: it makes a cold trial about 2 s
+    slower, and on a node starting many pods at once the CNI may program a pod later than
+    the fence's time (trials then fail NetworkPolicyUnenforceable although the policy comes)."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,7 @@ class NetworkConfig:
     block_cluster: bool = True
     cluster_cidrs: tuple[str, ...] = ()
     fence_sec: float = DEFAULT_FENCE_SEC
-    fence_containers: bool = True
+    fence_containers: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -313,7 +316,7 @@ class NetworkConfig:
                    _flag(environ, SETTING_ENV["block_apiserver"]),
                    _flag(environ, SETTING_ENV["block_cluster"]),
                    _cidrs(cluster_env, environ.get(cluster_env, "")), fence_sec,
-                   _flag(environ, SETTING_ENV["fence_containers"]))
+                   _flag(environ, SETTING_ENV["fence_containers"], "false"))
 
     def resolve(self, discovered: Collection[str] = (),
                 node_families: Collection[str] = IP_FAMILIES,
@@ -360,8 +363,8 @@ class NetworkConfig:
                                never, fence, dns_fence)
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool:
-    raw = environ.get(name, "true").strip().lower()
+def _flag(environ: Mapping[str, str], name: str, default: str = "true") -> bool:
+    raw = environ.get(name, default).strip().lower()
     if raw not in ("true", "false", "1", "0", "yes", "no"):
         raise NetworkSettingError(f"{name}={environ[name]!r}: expected true or false")
     return raw in ("true", "1", "yes")

@@ -476,7 +476,8 @@ def _fenced(plan: TrialPlan) -> TrialPlan:
     from shipyard.plan.network import Fence
 
     assert plan.network is not None
-    return replace(plan, network=replace(plan.network, fence=Fence(("10.96.0.1:443",), 30.0)))
+    return replace(plan, network=replace(plan.network, fence=Fence(("10.96.0.1:443",), 30.0,
+                                                                      containers=True)))
 
 
 def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_passes(
@@ -515,6 +516,6 @@ def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_
 
     assert plan.network is not None and plan.network.fence is not None
     trusting = replace(plan, network=replace(plan.network, fence=replace(
-        plan.network.fence, containers=False)))  # SHIPYARD_NETWORK_FENCE_CONTAINERS=false
+        plan.network.fence, containers=False)))  # SHIPYARD_NETWORK_FENCE_CONTAINERS off
     trusted = build_trial_pod(body, trusting, Role.ENV, None, name, None, "reg/runner:1")
     assert [c["name"] for c in trusted["spec"]["initContainers"]] == ["runner"]
