@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -101,4 +102,47 @@ func connects(addr string, wait time.Duration) bool {
 		soerr, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
 		return err == nil && soerr == 0
 	}
+}
+
+// splitCommand: the fence's addresses, and the command after `--` (none: nothing).
+func splitCommand(args []string) ([]string, []string) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:]
+		}
+	}
+	return args, nil
+}
+
+// execCommand replaces the runner with `argv` as a container runtime starts a container's
+// command: a name without a slash is looked up on the container's PATH (its image's). Exits
+// 127 (as a shell does) when there is no such program.
+func execCommand(argv []string) {
+	path, err := lookPath(argv[0], os.Getenv("PATH"))
+	if err == nil {
+		err = syscall.Exec(path, argv, os.Environ())
+	}
+	die(127, "shipyard runner: cannot start %q: %v", argv[0], err)
+}
+
+// defaultPath: a container runtime's PATH when the image sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func lookPath(name, pathEnv string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	if pathEnv == "" {
+		pathEnv = defaultPath
+	}
+	for _, dir := range strings.Split(pathEnv, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		candidate := dir + "/" + name
+		if st, err := os.Stat(candidate); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return candidate, nil
+		}
+	}
+	return "", fmt.Errorf("executable file not found in $PATH")
 }

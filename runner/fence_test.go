@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +61,110 @@ func TestFenceGoesOnOnceTheAddressCloses(t *testing.T) {
 	time.AfterFunc(400*time.Millisecond, func() { l.Close() }) // the policy comes into force
 	if err := fence([]string{addr}, 10*time.Second, "open: {}"); err != nil {
 		t.Fatalf("fence failed: %v", err)
+	}
+}
+
+func TestSplitCommandTakesWhatFollowsTheDashes(t *testing.T) {
+	addrs, then := splitCommand([]string{"1.2.3.4:443", "--", "/entry", "--", "sleep"})
+	if strings.Join(addrs, ",") != "1.2.3.4:443" || strings.Join(then, " ") != "/entry -- sleep" {
+		t.Fatalf("addrs %v, command %v", addrs, then)
+	}
+	if _, then := splitCommand([]string{"1.2.3.4:443"}); then != nil {
+		t.Fatalf("no command expected, got %v", then)
+	}
+}
+
+func TestLookPathFollowsTheContainersPath(t *testing.T) {
+	dir := t.TempDir()
+	prog := dir + "/entry"
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/data", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lookPath("entry", "/nonexistent:"+dir); err != nil || got != prog {
+		t.Fatalf("lookPath: %q, %v", got, err)
+	}
+	if _, err := lookPath("data", dir); err == nil {
+		t.Fatal("a file that is not executable was found")
+	}
+	if got, _ := lookPath("/abs/prog", ""); got != "/abs/prog" {
+		t.Fatalf("a path with a slash is taken as it is, got %q", got)
+	}
+}
+
+// The runner as a container's command: the fence first, then the image's ENTRYPOINT with the
+// container's arguments, in the runner's place (same PID); nothing of it when the fence fails.
+func TestFenceThenExecsTheCommandOnlyOnceThePolicyHolds(t *testing.T) {
+	runner := filepath.Join(t.TempDir(), "runner")
+	if out, err := exec.Command("go", "build", "-o", runner, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	refused := closedAddr(t)
+	out, err := exec.Command(runner, "fence", "5", "open: {}", refused, "--",
+		"sh", "-c", `echo "ran as $0 $1"`, "entry", "arg").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ran as entry arg" {
+		t.Fatalf("fence then exec: %v, %q", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	marker := filepath.Join(t.TempDir(), "ran")
+	out, err = exec.Command(runner, "fence", "1", "still open: {}", l.Addr().String(), "--",
+		"sh", "-c", "touch "+marker).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "still open: "+l.Addr().String()) {
+		t.Fatalf("an open address must fail the fence: %v, %q", err, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran although the fence failed")
+	}
+	out, err = exec.Command(runner, "fence", "5", "open: {}", refused, "--",
+		"no-such-program").CombinedOutput()
+	if code := exitStatus(err); code != 127 || !strings.Contains(string(out), "no-such-program") {
+		t.Fatalf("a missing program: exit %d, %q", code, out)
+	}
+}
+
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func exitStatus(err error) int {
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		return exitErr.ExitCode()
+	}
+	return 0
+}
+
+// The pod's first launch takes its base only once a start fence has let the image's
+// ENTRYPOINT start (and its moment to start its daemons): at once without a start fence.
+func TestTheFirstBaseWaitsForTheImagesEntrypointToStart(t *testing.T) {
+	P.root = t.TempDir()
+	if got := awaitStart(); got != 0 {
+		t.Fatalf("no start fence in sight: %d", got)
+	}
+	began := nowTicks()
+	markStarted()
+	got := awaitStart()
+	if got < began+int64(startSettle/(10*time.Millisecond)) {
+		t.Fatalf("the base %d is not past the marker %d and its settle", got, began)
+	}
+	if err := os.WriteFile(startMarker(), []byte("99999999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	awaitStart()
+	if waited := time.Since(start); waited > startSettle+2*time.Second {
+		t.Fatalf("a marker from the future held the launch %v", waited)
 	}
 }

@@ -19,7 +19,7 @@ import (
 const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
 	"chain LIMIT SIZE [artifacts=N] ID[:KEY|:-]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
 	"stop ID [LIMIT] | ready | artifacts LIMIT [ITEMS] | sweep | " +
-	"put-secrets ID | install DEST | fence TIMEOUT MESSAGE ADDR..."
+	"put-secrets ID | install DEST | fence TIMEOUT MESSAGE ADDR... [-- COMMAND [ARG...]]"
 
 const (
 	killAfter    = 5       // seconds between TERM and KILL
@@ -158,13 +158,19 @@ func main() {
 		need(1)
 		install(args[0])
 	case "fence":
-		// A pod's first init container: no container of the task's image (its ENTRYPOINT, a
-		// compose sidecar) starts before the pod's policy is in force. Its failure is the
-		// container's termination message, which the operator reports.
+		// No program of the task's image starts before the pod's policy is in force: as the
+		// pod's `fence` init container (nothing after it), or as a container's command, which
+		// then becomes the image's ENTRYPOINT and the container's arguments (after `--`). Its
+		// failure is the container's termination message, which the operator reports.
 		need(3)
-		if err := fence(args[2:], time.Duration(intArg(args, 0, 0))*time.Second, args[1]); err != nil {
+		addrs, then := splitCommand(args[2:])
+		if err := fence(addrs, time.Duration(intArg(args, 0, 0))*time.Second, args[1]); err != nil {
 			_ = os.WriteFile("/dev/termination-log", []byte(err.Error()), 0o644)
 			die(1, "%s", err.Error())
+		}
+		if len(then) > 0 {
+			markStarted()
+			execCommand(then)
 		}
 	default:
 		die(2, usage)

@@ -162,6 +162,9 @@ func launchBundle(id string, bundle []byte, limit int64, key string, givenBase i
 	} else if base < 0 {
 		if !exists(P.baseline) {
 			t := startTicks(os.Getpid())
+			if started := awaitStart(); started > t {
+				t = started
+			}
 			writeFile(P.baseline, fmt.Sprintf("%d\n", t))
 			newBase = t
 		}

@@ -10,7 +10,7 @@ import json
 import subprocess
 
 from buildnet import BUILD_CIDR
-from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, REGISTRY, client_tls_dir
+from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, MIRRORS, REGISTRY, client_tls_dir
 from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
 from runner_image import files_dir
 from runner_image import reference as runner_reference
@@ -35,6 +35,10 @@ DEFAULTS = {
     # address and the Service CIDR): the pod CIDR (no node podCIDR here) and the build
     # network, whose gateway is one more host address the apiserver answers on.
     "SHIPYARD_CLUSTER_CIDRS": f"{POD_CIDR},{BUILD_CIDR}",
+    # The nodes' registry mirrors (mirrors.py), where the operator reads a prebuilt image's
+    # ENTRYPOINT, which the pod's fence runs after (docs/network-and-accelerators.md).
+    "SHIPYARD_REGISTRY_MIRRORS": ",".join(f"{h}={m}" for h, m in MIRRORS.items()),
+    "SHIPYARD_REGISTRY_INSECURE_HOSTS": REGISTRY,
 }
 
 

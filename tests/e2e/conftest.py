@@ -206,6 +206,17 @@ LOCAL_BUILD_ENV = {
 }
 
 
+def cluster_defaults() -> dict[str, str]:
+    """What `localcluster up` publishes for an operator run by hand (operator_defaults.py)."""
+    hack = str(ROOT / "hack" / "localcluster")
+    sys.path.insert(0, hack)
+    try:
+        import operator_defaults
+    finally:
+        sys.path.remove(hack)
+    return dict(operator_defaults.DEFAULTS)
+
+
 def local_runner() -> tuple[str, str]:
     """The static Go runner's image of this checkout (imported by `localcluster up`) and the
     folder of the runner and its loader (built by `up`: trial pods get them in ConfigMaps)."""
@@ -226,8 +237,12 @@ def build_env(local: bool) -> dict[str, str]:
     if not local:
         return {}
     image, files = local_runner()
+    cluster = cluster_defaults()
     defaults = {**LOCAL_BUILD_ENV, "SHIPYARD_RUNNER_IMAGE": image,
-                "SHIPYARD_RUNNER_FILES": files}
+                "SHIPYARD_RUNNER_FILES": files,
+                # Where a prebuilt image's ENTRYPOINT is read (the nodes' mirrors).
+                **{k: cluster[k] for k in ("SHIPYARD_REGISTRY_MIRRORS",
+                                           "SHIPYARD_REGISTRY_INSECURE_HOSTS")}}
     return {k: os.environ.get(k, v) for k, v in defaults.items()}
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from shipyard.api.conventions import RUNNER_PATH
 from tests.e2e.conftest import TEST_IMAGE, condition, task_files, wait_ready
 from tests.e2e.test_build_network import host_addresses, reachable_from_host
 
@@ -484,16 +485,14 @@ def test_an_offline_agent_phase_is_offline_from_its_first_instant(
 
 
 def test_no_images_entrypoint_reaches_the_cluster_in_the_moment_its_pod_starts(
-        cluster, shipyard, core_v1, custom_objects, busy_node, tmp_path_factory):
+        shipyard, core_v1, namespace, busy_node):
     """A task image's ENTRYPOINT runs when its container starts, before any phase and its
-    fence: task-author code. With SHIPYARD_NETWORK_FENCE_CONTAINERS (off by default: it costs
-    a cold trial about 2 s) six pods start at once on a busy node, each image's ENTRYPOINT
+    fence: task-author code. Six pods start at once on a busy node, each image's ENTRYPOINT
     trying the apiserver from its first instant, in the background, before it execs the
-    pod's command: none reaches it, because no container of the task's image starts before the
-    pod's fence init container has seen the policy in force (without it the first trial's
-    ENTRYPOINT reached the apiserver 24 times in 3 s)."""
-    from tests.e2e.conftest import own_operator
-
+    pod's command: none reaches it (without a fence the first trial's ENTRYPOINT reached the
+    apiserver 24 times in 3 s). The operator read the built image's ENTRYPOINT from the
+    registry: the main container's command is the runner's fence, then that ENTRYPOINT, and
+    the pod has no fence init container (which would make its start slower)."""
     endpoints = core_v1.read_namespaced_endpoints("kubernetes", "default")
     service = core_v1.read_namespaced_service("kubernetes", "default").spec.cluster_ip
     targets = " ".join(sorted({f"{service}:443", *(f"{a.ip}:{p.port}" for s in endpoints.subsets
@@ -507,27 +506,40 @@ def test_no_images_entrypoint_reaches_the_cluster_in_the_moment_its_pod_starts(
     files["task.toml"] = "\n".join(line for line in files["task.toml"].splitlines()
                                    if not line.startswith("docker_image")) + "\n"
     files["environment/window.py"] = WINDOW_PROBE
-    files["environment/Dockerfile"] = (
-        "FROM python:3.12-slim\n"
-        "COPY window.py /window.py\n"
-        "WORKDIR /app\n"
-        'ENTRYPOINT ["/bin/sh", "-c", "python3 /window.py ' + targets + ' > /tmp/seen.part '
-        '&& mv /tmp/seen.part /tmp/seen.json & exec \\"$@\\"", "--"]\n')
-    ns, operator = own_operator(cluster, core_v1, tmp_path_factory.mktemp("fence") /
-                                "operator.log", "fence",
-                                {"SHIPYARD_NETWORK_FENCE_CONTAINERS": "true",
-                                 "SHIPYARD_NETWORK_FENCE_SEC": "60"})
-    try:
-        fenced = type(shipyard)(custom_objects, core_v1, ns)
-        fenced.task("entrypoint", files)
-        names = [f"entrypoint-{i}" for i in range(6)]
-        for trial in names:
-            fenced.trial(trial, "entrypoint", {"name": "nop"}, keepPods=trial == names[0])
-        each_scores_one(fenced, core_v1, ns, names, 600)
-        kept = core_v1.read_namespaced_pod(fenced.get("trials", names[0])["status"]["podName"],
-                                           ns)
-        assert kept.spec.init_containers[0].name == "fence", kept.spec.init_containers
-        assert kept.status.init_container_statuses[0].state.terminated.exit_code == 0
-    finally:
-        operator.stop()
-        core_v1.delete_namespace(ns)
+    entrypoint = ["/bin/sh", "-c", f"python3 /window.py {targets} > /tmp/seen.part "
+                  '&& mv /tmp/seen.part /tmp/seen.json & exec "$@"', "--"]
+    files["environment/Dockerfile"] = ("FROM python:3.12-slim\nCOPY window.py /window.py\n"
+                                       f"WORKDIR /app\nENTRYPOINT {json.dumps(entrypoint)}\n")
+    shipyard.task("entrypoint", files)
+    names = [f"entrypoint-{i}" for i in range(6)]
+    for trial in names:
+        shipyard.trial(trial, "entrypoint", {"name": "nop"}, keepPods=trial == names[0])
+    each_scores_one(shipyard, core_v1, namespace, names, 600)
+    kept = core_v1.read_namespaced_pod(shipyard.get("trials", names[0])["status"]["podName"],
+                                       namespace)
+    main = next(c for c in kept.spec.containers if c.name == "main")
+    assert main.command[:2] == [RUNNER_PATH, "fence"], main.command
+    assert main.command[-len(entrypoint) - 1:] == ["--", *entrypoint]
+    assert main.args == ["sleep", "infinity"]
+    assert [c.name for c in kept.spec.init_containers or []] == ["runner"] or all(
+        c.name != "fence" for c in kept.spec.init_containers or [])
+
+
+def test_an_image_whose_entrypoint_cannot_be_read_starts_behind_the_fence_init_container(
+        shipyard, core_v1, namespace):
+    """A prebuilt image the operator cannot read from a registry (the local Debian image: only
+    the node has it):
+    its ENTRYPOINT is not known, so no container of it starts before the pod's `fence` init
+    container has seen the policy in force; the trial scores as before."""
+    files = task_files("echo 1 > /logs/verifier/reward.txt\n")
+    shipyard.task("unread", files)
+    shipyard.trial("unread-nop", "unread", {"name": "nop"}, keepPods=True,
+                   environment={"image": TEST_IMAGE, "imagePullPolicy": "Never"})
+    each_scores_one(shipyard, core_v1, namespace, ["unread-nop"], 300)
+    kept = core_v1.read_namespaced_pod(shipyard.get("trials", "unread-nop")["status"]["podName"],
+                                       namespace)
+    init = [c.name for c in kept.spec.init_containers]
+    assert "fence" in init, init
+    assert kept.status.init_container_statuses[init.index("fence")].state.terminated.exit_code == 0
+    main = next(c for c in kept.spec.containers if c.name == "main")
+    assert main.command is None and main.args == ["sleep", "infinity"]

@@ -62,6 +62,18 @@ class ImageSettings:
     """A directory with `ca.crt`, `tls.crt`, `tls.key` (a mounted TLS Secret): buildkitd's CA
     and the build Jobs' client certificate. Each build Job gets them in a Secret of its own."""
     buildkit_tls_server_name: str | None = None  # the name buildkitd's certificate carries
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    """Path-preserving registry mirrors as the nodes' (SHIPYARD_REGISTRY_MIRRORS,
+    `docker.io=mirror:5000,ghcr.io=mirror:5000/ghcr.io`): where the operator reads an image's
+    config (`kube.registry.image_config`) before the registry itself."""
+    insecure_hosts: frozenset[str] = frozenset()
+    """Registries read over plain HTTP (SHIPYARD_REGISTRY_INSECURE_HOSTS; the build registry
+    too when SHIPYARD_BUILD_REGISTRY_INSECURE)."""
+
+    def plain_http_hosts(self) -> frozenset[str]:
+        if self.registry and self.insecure_registry:
+            return self.insecure_hosts | {self.registry.split("/", 1)[0]}
+        return self.insecure_hosts
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ImageSettings:
@@ -78,6 +90,14 @@ class ImageSettings:
             if "=" in item:
                 key, value = item.split("=", 1)
                 selector[key.strip()] = value.strip()
+        mirrors = {}
+        for item in environ.get("SHIPYARD_REGISTRY_MIRRORS", "").split(","):
+            host, sep, mirror = item.partition("=")
+            if sep and host.strip() and mirror.strip():
+                mirrors[host.strip()] = mirror.strip().rstrip("/")
+            elif item.strip():
+                raise ImageSettingError(f"SHIPYARD_REGISTRY_MIRRORS: {item.strip()!r} is not "
+                                        "REGISTRY=MIRROR (e.g. docker.io=mirror.internal:5000)")
         defaults = cls()
         return cls(
             backend=backend,  # type: ignore[arg-type]
@@ -92,6 +112,9 @@ class ImageSettings:
             buildkit_tls_dir=environ.get("SHIPYARD_BUILDKIT_TLS_DIR", "").strip() or None,
             buildkit_tls_server_name=environ.get("SHIPYARD_BUILDKIT_TLS_SERVER_NAME",
                                                  "").strip() or None,
+            mirrors=mirrors,
+            insecure_hosts=frozenset(h.strip() for h in environ.get(
+                "SHIPYARD_REGISTRY_INSECURE_HOSTS", "").split(",") if h.strip()),
         )
 
 

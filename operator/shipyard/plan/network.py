@@ -215,12 +215,10 @@ class Fence:
     timeout_sec: float = DEFAULT_FENCE_SEC
     target: str = "the apiserver"
     """What `sockets` are, for the message."""
-    containers: bool = False
-    """Also before any container of the task's image starts (its ENTRYPOINT, compose
-    sidecars): the pod's `fence` init container (`render.pod.fence_init_container`).
-    ``SHIPYARD_NETWORK_FENCE_CONTAINERS``, off by default: it makes a cold trial about 2 s
-    slower, and on a node starting many pods at once the CNI may program a pod later than
-    the fence's time (trials then fail NetworkPolicyUnenforceable although the policy comes)."""
+    containers: bool = True
+    """Also before any program of the task's image starts with the pod (its ENTRYPOINT,
+    compose sidecars; `render.pod.fence_start`). ``SHIPYARD_NETWORK_FENCE_CONTAINERS``, on
+    by default."""
 
 
 @dataclass(frozen=True)
@@ -279,7 +277,7 @@ class NetworkConfig:
     block_cluster: bool = True
     cluster_cidrs: tuple[str, ...] = ()
     fence_sec: float = DEFAULT_FENCE_SEC
-    fence_containers: bool = False
+    fence_containers: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NetworkConfig:
@@ -316,7 +314,7 @@ class NetworkConfig:
                    _flag(environ, SETTING_ENV["block_apiserver"]),
                    _flag(environ, SETTING_ENV["block_cluster"]),
                    _cidrs(cluster_env, environ.get(cluster_env, "")), fence_sec,
-                   _flag(environ, SETTING_ENV["fence_containers"], "false"))
+                   _flag(environ, SETTING_ENV["fence_containers"], "true"))
 
     def resolve(self, discovered: Collection[str] = (),
                 node_families: Collection[str] = IP_FAMILIES,

@@ -238,6 +238,8 @@ class PodPlan:
     """(agent name, bundle image) copied into /shipyard/agents by init containers."""
     compose: ComposePod | None = None
     """The task's docker-compose sidecars (the environment pod only)."""
+    entrypoint: tuple[str, ...] | None = None
+    """The image's ENTRYPOINT (empty: none), None when its config could not be read."""
 
 
 @dataclass(frozen=True)
@@ -307,12 +309,27 @@ def check_runnable(task: LoadedTask, spec: TrialSpec,
         raise PlanError(Reason.TASK_INVALID, refused)
 
 
+def start_images(task: LoadedTask, spec: TrialSpec, images: Mapping[str, str],
+                 network: NetworkSettings | None) -> tuple[str, ...]:
+    """The images whose ENTRYPOINT a trial's pods may fence (`build_plan`'s `entrypoints`):
+    none unless the pods' starts are fenced (`Fence.containers`)."""
+    if network is None or network.fence is None or not network.fence.containers:
+        return ()
+    refs = {spec.environment.image, task.config.environment.docker_image, *images.values()}
+    for step in task.step_names() if task.is_multi_step else [None]:
+        verifier = task.verifier_environment(step)
+        if verifier is not None:
+            refs.add(verifier.config.docker_image)
+    return tuple(sorted(r for r in refs if r))
+
+
 def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
                network: NetworkSettings | None = None,
                scheduling: SchedulingSettings | None = None,
                bundle_repository: str | None = None,
                images: Mapping[str, str] | None = None,
-               nodes: tuple[NodeCapacity, ...] = ()) -> TrialPlan:
+               nodes: tuple[NodeCapacity, ...] = (),
+               entrypoints: Mapping[str, tuple[str, ...]] | None = None) -> TrialPlan:
     """The plan, or PlanError with a reason from the closed set when the trial cannot run.
 
     `environ` serves the task's ${VAR} templates. `network` holds the operator's network
@@ -320,7 +337,8 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
     NetworkPolicy enforcement without an FQDN backend) and `scheduling` its scheduling
     settings (defaults without it); `images` the Task's images by role (`status.images`:
     built or prebuilt), of which the Trial's own `spec.environment.image` wins; `nodes` the
-    cluster's nodes, against which a pod that can never fit is refused now."""
+    cluster's nodes, against which a pod that can never fit is refused now; `entrypoints`
+    the ENTRYPOINT of each image (by reference) whose config was read."""
     config = task.config
     env_config = config.environment
     check_runnable(task, spec, scheduling)
@@ -366,6 +384,7 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
         agent_bundles=((installed.name, installed.bundle_image),)
         if installed is not None and installed.bundle_image else (),
         compose=compose_pod(compose, images, task.files) if compose is not None else None,
+        entrypoint=(entrypoints or {}).get(image),
     )
 
     phases = [environment_phase(task, workdir=env_config.workdir)]
@@ -402,7 +421,8 @@ def build_plan(task: LoadedTask, spec: TrialSpec, environ: Mapping[str, str],
             max_timeout=spec.verifier.max_timeout_sec,
             multiplier=spec.verifier_timeout_multiplier or spec.timeout_multiplier,
         )
-        step_plan = replace(_step_plan(task, spec, step, settings, environment, environ, images),
+        step_plan = replace(_step_plan(task, spec, step, settings, environment, environ, images,
+                                       entrypoints or {}),
                             artifacts=tuple(settings.artifacts))
         if compose is not None:
             step_plan = replace(step_plan, sidecar_evidence=sidecar_evidence(
@@ -630,7 +650,8 @@ def _resolved(env: Mapping[str, str], environ: Mapping[str, str], table: str
 
 def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: StepSettings,
                environment: PodPlan, environ: Mapping[str, str],
-               images: Mapping[str, str]) -> StepPlan:
+               images: Mapping[str, str],
+               entrypoints: Mapping[str, tuple[str, ...]]) -> StepPlan:
     min_reward = settings.min_reward
     if settings.verifier_mode == "shared":
         return StepPlan(step, "shared", min_reward, None)
@@ -659,6 +680,7 @@ def _step_plan(task: LoadedTask, spec: TrialSpec, step: str | None, settings: St
         memory_mb=verifier.config.memory_mb,
         storage_mb=verifier.config.storage_mb,
         accelerators=_accelerators(verifier.config, "verifier.environment"),
+        entrypoint=entrypoints.get(image),
     )
     return StepPlan(step, "separate", min_reward, pod, verifier.bundled_tests)
 

@@ -11,8 +11,10 @@ from shipyard.api.conventions import (
     LABEL_NETWORK,
     PROBE_CONTAINER,
     RUNNER_INIT_CONTAINER,
+    RUNNER_PATH,
     parse_time,
 )
+from shipyard.plan.network import FENCE_MARK
 
 IMAGE_PULL_REASONS = {
     "ErrImagePull",
@@ -146,7 +148,7 @@ def observe_pod(pod: dict[str, Any] | None) -> PodObservation:
         unschedulable=unschedulable,
         network=(meta.get("labels") or {}).get(LABEL_NETWORK),
         service_failure=service_failure(pod),
-        fence_failure=fence_failure(status),
+        fence_failure=fence_failure(pod),
         container_exit=bool(lost) and container_exit,
         runner=next((v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes")
                      or [] if v.get("name") == "runner" and v.get("configMap")), None),
@@ -180,15 +182,27 @@ def go_runner_of(spec: dict[str, Any]) -> str | None:
                  if c.get("name") == RUNNER_INIT_CONTAINER), None)
 
 
-def fence_failure(status: dict[str, Any]) -> str | None:
-    """The fence init container's message when it failed (the runner's own words: the
-    container runs nothing of the task's image), else None."""
-    for cs in status.get("initContainerStatuses") or []:
+def fence_failure(pod: dict[str, Any]) -> str | None:
+    """The pod start's fence message when it failed (the runner's own words), else None: the
+    fence init container's, or the main container's whose command is the runner's fence
+    (`render.pod.fence_start`); in both, nothing of the task's image ran."""
+    status = pod.get("status") or {}
+    fenced_main = any(c.get("name") == "main" and (c.get("command") or [])[:2]
+                      == [RUNNER_PATH, "fence"]
+                      for c in (pod.get("spec") or {}).get("containers") or [])
+    statuses = [*(status.get("initContainerStatuses") or []),
+                *(status.get("containerStatuses") or [])]
+    for cs in statuses:
         ended = (cs.get("state") or {}).get("terminated") or {}
-        if cs.get("name") == FENCE_INIT_CONTAINER and ended and ended.get("exitCode") != 0:
-            message = (ended.get("message") or "").strip()[:1000]
+        if not ended or ended.get("exitCode") == 0:
+            continue
+        message = (ended.get("message") or "").strip()[:1000]
+        if cs.get("name") == FENCE_INIT_CONTAINER and cs in (
+                status.get("initContainerStatuses") or []):
             return message or (f"the network fence failed ({ended.get('reason') or 'Error'}, "
                                f"exit code {ended.get('exitCode')})")
+        if cs.get("name") == "main" and fenced_main and message.startswith(FENCE_MARK):
+            return message
     return None
 
 

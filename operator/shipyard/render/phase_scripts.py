@@ -109,9 +109,10 @@ def _op(name: str, **fields: Any) -> Op:
     return {"op": name, **{k: v for k, v in fields.items() if v not in (None, "", [], ())}}
 
 
-def fence_message(fence: Fence, not_run: str = "Nothing of the phase ran.") -> str:
+def fence_message(fence: Fence, not_run: str = "Nothing of the phase ran.",
+                  seconds: int | None = None) -> str:
     """Why a fence failed ("{}" the address still reached), and what did not run."""
-    return (f"{FENCE_MARK} after {fence_seconds(fence)} s: the pod still reached "
+    return (f"{FENCE_MARK} after {seconds or fence_seconds(fence)} s: the pod still reached "
             f"{fence.target} at {{}}, which the phase's policy blocks. Does the cluster's CNI "
             "enforce NetworkPolicy, and does no other policy of the namespace let trial pods "
             f"out? {not_run} (SHIPYARD_NETWORK_FENCE_SEC=0 turns this check "
@@ -120,6 +121,17 @@ def fence_message(fence: Fence, not_run: str = "Nothing of the phase ran.") -> s
 
 def fence_seconds(fence: Fence) -> int:
     return _seconds(fence.timeout_sec)
+
+
+START_FENCE_MIN_SEC = 60
+
+
+def start_fence_seconds(fence: Fence) -> int:
+    """A pod start's fence (`render.pod.fence_start`) waits longer than a phase's: it starts
+    with the pod, when the CNI has yet to program the pod's policy, and a node starting many
+    pods at once programmed some more than 10 s late. A CNI that never enforces policy is
+    still told within the phase's time, by the first phase's own fence."""
+    return max(START_FENCE_MIN_SEC, 2 * fence_seconds(fence))
 
 
 def _seconds(value: float) -> int:

@@ -32,7 +32,7 @@ from shipyard.plan.network import Fence
 from shipyard.plan.phases import PodPlan, TrialPlan
 from shipyard.render.accelerators import apply_scheduling
 from shipyard.render.compose import apply_compose
-from shipyard.render.phase_scripts import fence_message, fence_seconds
+from shipyard.render.phase_scripts import fence_message, start_fence_seconds
 from shipyard.render.runner_parts import RunnerConfigMaps, runner_parts_volume
 
 SECRETS_MOUNT = "/run/shipyard-secrets"
@@ -227,20 +227,37 @@ def runner_init_container(image: str) -> dict[str, Any]:
     }
 
 
+def fence_start(container: dict[str, Any], init: list[dict[str, Any]], plan: PodPlan,
+                fence: Fence) -> None:
+    """No program of the task's image runs before the pod's policy is in force: a CNI programs
+    it a moment after the pod starts (kube-router: about a second, more when many pods
+    start), and an image's ENTRYPOINT reached the apiserver in that moment. Where the image's
+    ENTRYPOINT is known, the main container's command is the runner's `fence`, which then
+    becomes that ENTRYPOINT with the container's arguments (even `sleep` is the image's own
+    program); else, and where docker-compose sidecars start with the pod, an init container
+    fences them all (`fence_init_container`), which makes the pod's start about a second
+    slower (the kubelet sees an init container end at its next relist)."""
+    if plan.entrypoint is None or (plan.compose is not None and plan.compose.sidecars):
+        init.append(fence_init_container(plan.image, plan.image_pull_policy, fence))
+        return
+    container["command"] = [*_fence_command(fence, "Nothing of the task's image started."),
+                            "--", *plan.entrypoint]
+
+
+def _fence_command(fence: Fence, not_run: str) -> list[str]:
+    return [RUNNER_PATH, "fence", str(start_fence_seconds(fence)),
+            fence_message(fence, not_run, start_fence_seconds(fence)), *fence.sockets]
+
+
 def fence_init_container(image: str, pull_policy: str | None, fence: Fence) -> dict[str, Any]:
-    """The pod's first init container after the runner's: the runner's `fence` (the same as a
-    first phase's), run from the task's image with `command` set, so that the image's
-    ENTRYPOINT does not run and nothing else of it does. No container of the task's image
-    (the main container's ENTRYPOINT, a docker-compose sidecar) starts before the pod's
-    policy is in force: a CNI programs it a moment after the pod starts (kube-router: about a
-    second), and an image's ENTRYPOINT reached the apiserver in that moment. Its failure (the
-    policy not in force after the fence's time) is its termination message."""
+    """The pod's first init container after the runner's (`fence_start`): the runner's
+    `fence`, run from the task's image with `command` set, so that the image's ENTRYPOINT
+    does not run and nothing else of it does: no container of the task's image starts before
+    it has seen the pod's policy in force. Its failure is its termination message."""
     container: dict[str, Any] = {
         "name": FENCE_INIT_CONTAINER,
         "image": image,
-        "command": [RUNNER_PATH, "fence", str(fence_seconds(fence)),
-                    fence_message(fence, "No container of the task's image started."),
-                    *fence.sockets],
+        "command": _fence_command(fence, "No container of the task's image started."),
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
                             "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
@@ -329,7 +346,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
     spec_extra: dict[str, Any] = {}
     init = [runner_init_container(runner)] if isinstance(runner, str) else []
     if fence is not None and fence.containers:
-        init.append(fence_init_container(plan.image, plan.image_pull_policy, fence))
+        fence_start(container, init, plan, fence)
     init += [agent_bundle_container(n, image) for n, image in plan.agent_bundles]
     if init:
         spec_extra["initContainers"] = init

@@ -27,14 +27,20 @@ from shipyard.api.reasons import Reason
 from shipyard.kube import nodes as kube_nodes
 from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
-from shipyard.plan.phases import PlanError, TrialPlan, build_plan, check_runnable
+from shipyard.plan.phases import (
+    PlanError,
+    TrialPlan,
+    build_plan,
+    check_runnable,
+    start_images,
+)
 from shipyard.plan.settings import OperatorSettings
 from shipyard.reconcile import trial_loop as loop
 from shipyard.reconcile import trial_machine as machine
 from shipyard.reconcile.pod_observation import observe_pod
 from shipyard.render.pod import logs_configmap_name, runner_configmap_name
+from shipyard.runtime import image_configs, kueue, wake
 from shipyard.runtime import images as image_builds
-from shipyard.runtime import kueue, wake
 from shipyard.runtime.config import cluster_network_settings
 from shipyard.runtime.runner_files import go_runner_name
 from shipyard.runtime.task_files import TaskUnavailable, load_task_by_name
@@ -205,9 +211,11 @@ class TrialDriver:
             check_runnable(task, spec, self.settings.scheduling)  # before building its images
             images = await self.wait_for_images(spec, task)
             nodes = node_capacities(await self.call(kube_nodes.allocatable))
+            entrypoints = await self.call(image_configs.entrypoints,
+                                          start_images(task, spec, images, network))
             plan = build_plan(task, spec, self.settings.task_env, network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
-                              images, nodes)
+                              images, nodes, entrypoints)
             self.kueue = await kueue.gate_for(self)
         except (TaskUnavailable, PlanError) as e:
             await self.fail_now(e.reason, e.message)

@@ -42,7 +42,13 @@ from shipyard.kube import warm_pods as kube
 from shipyard.plan.capacity import node_capacities
 from shipyard.plan.images import ImagesFailed, ImagesReady
 from shipyard.plan.network import NetworkSettings
-from shipyard.plan.phases import PlanError, TrialPlan, build_plan, check_runnable
+from shipyard.plan.phases import (
+    PlanError,
+    TrialPlan,
+    build_plan,
+    check_runnable,
+    start_images,
+)
 from shipyard.plan.settings import OperatorSettings
 from shipyard.plan.warm import claims_warm_pod, pool_trial
 from shipyard.reconcile.warm_pool import (
@@ -57,7 +63,7 @@ from shipyard.reconcile.warm_pool import (
 from shipyard.render.network_policy import build_namespace_baseline
 from shipyard.render.pod import SECRETS_MOUNT, build_runner_configmap, probe_image_for
 from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
-from shipyard.runtime import config
+from shipyard.runtime import config, image_configs
 from shipyard.runtime import images as image_builds
 from shipyard.runtime.runner_files import ensure_runner, runner_of
 from shipyard.runtime.task_files import TaskUnavailable, load_task_by_name
@@ -286,9 +292,11 @@ class PoolDriver:
             network = await asyncio.to_thread(config.cluster_network_settings,
                                               self.settings.network)
             nodes = node_capacities(await asyncio.to_thread(kube_nodes.allocatable))
+            entrypoints = await asyncio.to_thread(
+                image_configs.entrypoints, start_images(task, spec, decision.refs, network))
             plan = build_plan(task, spec, self.settings.task_env, network,
                               self.settings.scheduling, self.settings.agent_bundle_repository,
-                              decision.refs, nodes)
+                              decision.refs, nodes, entrypoints)
         except PlanError as e:
             return f"{e.reason}: {e.message}"
         if not claims_warm_pod(plan, {}, False):

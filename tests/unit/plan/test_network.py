@@ -222,11 +222,11 @@ def test_the_fence_is_the_apiserver_s_sockets_unless_the_apiserver_is_open_or_it
     for bad in ("soon", "-1", "nan", "inf", "7200"):
         with pytest.raises(ValueError, match="SHIPYARD_NETWORK_FENCE_SEC"):
             settings_from_env({"SHIPYARD_NETWORK_FENCE_SEC": bad})
-    # Before any container of the task's image too, where the cluster asks for it.
-    assert settings.fence is not None and not settings.fence.containers
-    asked = settings_from_env({"SHIPYARD_NETWORK_FENCE_CONTAINERS": "true"},
-                              apiserver_sockets=sockets).fence
-    assert asked is not None and asked.containers
+    # Before any program of the task's image starts with the pod too, unless turned off.
+    assert settings.fence is not None and settings.fence.containers
+    off = settings_from_env({"SHIPYARD_NETWORK_FENCE_CONTAINERS": "false"},
+                            apiserver_sockets=sockets).fence
+    assert off is not None and not off.containers
     with pytest.raises(ValueError, match="SHIPYARD_NETWORK_FENCE_CONTAINERS"):
         settings_from_env({"SHIPYARD_NETWORK_FENCE_CONTAINERS": "maybe"})
 

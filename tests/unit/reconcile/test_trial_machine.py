@@ -866,3 +866,29 @@ def test_a_fence_init_container_that_failed_fails_the_trial_unenforceable_in_its
     passed = {**status, "initContainerStatuses": [{"name": "fence", "state": {
         "terminated": {"exitCode": 0, "reason": "Completed"}}}]}
     assert observe_pod(pod(status=passed)).fence_failure is None
+
+
+def test_a_main_container_whose_fence_failed_fails_the_trial_unenforceable() -> None:
+    """Where the main container's command is the runner's fence (the image's ENTRYPOINT
+    after it), its failure is the container's end, in the fence's words. A main container
+    that is not the fence, or whose message is not the fence's, is a lost pod as before."""
+    from shipyard.api.conventions import RUNNER_PATH
+
+    message = ("network policy not in force after 60 s: the pod still reached the apiserver "
+               "at 10.96.0.1:443, which the phase's policy blocks. ...")
+    status = {"phase": "Failed", "conditions": [{"type": "PodScheduled", "status": "True"}],
+              "containerStatuses": [{"name": "main", "state": {"terminated": {
+                  "exitCode": 1, "reason": "Error", "message": message}}}]}
+    body = pod(status=status)
+    body["spec"]["containers"] = [{"name": "main", "command": [RUNNER_PATH, "fence", "60"]}]
+    seen = observe_pod(body)
+    assert seen.fence_failure == message
+    plan = plan_for()
+    action, decided, _ = m.next_action(with_pod(plan), plan, pods(seen), at(5))
+    assert isinstance(action, m.Finish)
+    assert cond(decided, "Failed").reason == "NetworkPolicyUnenforceable"
+    body["spec"]["containers"] = [{"name": "main", "args": ["sleep", "infinity"]}]
+    assert observe_pod(body).fence_failure is None  # the image's own program said it
+    body["spec"]["containers"] = [{"name": "main", "command": [RUNNER_PATH, "fence", "60"]}]
+    body["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "segfault"
+    assert observe_pod(body).fence_failure is None

@@ -482,8 +482,9 @@ def _fenced(plan: TrialPlan) -> TrialPlan:
 
 def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_passes(
 ) -> None:
-    """An image's ENTRYPOINT runs when its container starts, before any phase: the fence
-    (the pod's policy in force) is the pod's first init container after the runner's, run
+    """An image's ENTRYPOINT runs when its container starts, before any phase: where it is not
+    known (its config could not be read), the fence (the pod's policy in force) is the pod's
+    first init container after the runner's, run
     from the task's image with `command` set (its ENTRYPOINT does not run), mounting only the
     runner read-only, before the agent bundles and a compose task's sidecars."""
     from shipyard.api.conventions import FENCE_INIT_CONTAINER
@@ -495,8 +496,9 @@ def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_
     runner, fence = pod["spec"]["initContainers"][:2]
     assert (runner["name"], fence["name"]) == ("runner", FENCE_INIT_CONTAINER)
     assert fence["image"] == container(pod)["image"] == plan.environment.image
-    assert fence["command"][:3] == [RUNNER_PATH, "fence", "30"]
-    assert fence["command"][3].startswith("network policy not in force after 30 s")
+    # It waits longer than a phase's fence: the CNI programs a pod some time after its start.
+    assert fence["command"][:3] == [RUNNER_PATH, "fence", "60"]
+    assert fence["command"][3].startswith("network policy not in force after 60 s")
     assert "No container of the task's image started." in fence["command"][3]
     assert fence["command"][4:] == ["10.96.0.1:443"]
     assert "args" not in fence
@@ -519,3 +521,58 @@ def test_no_container_of_the_tasks_image_starts_before_the_fence_init_container_
         plan.network.fence, containers=False)))  # SHIPYARD_NETWORK_FENCE_CONTAINERS off
     trusted = build_trial_pod(body, trusting, Role.ENV, None, name, None, "reg/runner:1")
     assert [c["name"] for c in trusted["spec"]["initContainers"]] == ["runner"]
+
+
+def test_a_known_entrypoint_runs_after_the_fence_in_the_main_container_itself() -> None:
+    """Where the image's ENTRYPOINT is known, the main container's command is the runner's
+    fence, then that ENTRYPOINT with the container's arguments (`sleep infinity`, itself a
+    program of the image, also after it): no init container, so no slower start. An image
+    without ENTRYPOINT is fenced the same way. A compose task's sidecars still start behind
+    the init container; and the separate verifier's pod is fenced as the environment's."""
+    from dataclasses import replace
+
+    from shipyard.api.conventions import FENCE_INIT_CONTAINER
+
+    body = trial_body()
+    plan = _fenced(plan_for(agent={"name": "oracle"}))
+    name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
+    for entrypoint in (("/docker-entrypoint.sh", "--flag"), ()):
+        known = replace(plan, environment=replace(plan.environment, entrypoint=entrypoint))
+        pod = build_trial_pod(body, known, Role.ENV, None, name, None, "reg/runner:1")
+        main = container(pod)
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["runner"]
+        assert main["command"][:3] == [RUNNER_PATH, "fence", "60"]
+        assert "Nothing of the task's image started." in main["command"][3]
+        assert main["command"][4:] == ["10.96.0.1:443", "--", *entrypoint]
+        assert main["args"] == ["sleep", "infinity"]
+    from shipyard.plan.compose import ComposePod, SidecarPlan
+
+    sidecar = SidecarPlan(name="db", image="postgres:16", command=None, args=None, env=(),
+                          working_dir=None, run_as_user=None, run_as_group=None, cpus=None,
+                          memory_mb=None, cpus_request=None, memory_request_mb=None,
+                          startup_probe=None, one_shot=False, mounts=(), capabilities=())
+    composed = replace(plan, environment=replace(
+        plan.environment, entrypoint=(), compose=ComposePod((sidecar,), (), (), ("db",))))
+    pod = build_trial_pod(body, composed, Role.ENV, None, name, None, "reg/runner:1")
+    assert FENCE_INIT_CONTAINER in [c["name"] for c in pod["spec"]["initContainers"]]
+    assert "command" not in container(pod)
+
+
+def test_a_separate_verifiers_pod_is_fenced_by_its_own_images_entrypoint() -> None:
+    from dataclasses import replace
+
+    from shipyard.api.conventions import FENCE_INIT_CONTAINER
+
+    body = trial_body(name="separate-verifier-oracle", task_name="separate-verifier")
+    loaded = load_task_dir(REPO / "examples" / "separate-verifier" / "task")
+    plan = _fenced(plan_for(loaded, agent={"name": "oracle"}))
+    step = plan.steps[0]
+    assert step.verifier_pod is not None
+    name = pod_name("separate-verifier-oracle", Role.VERIFIER, None, 1)
+    unknown = build_trial_pod(body, plan, Role.VERIFIER, None, name, None, "reg/runner:1")
+    assert FENCE_INIT_CONTAINER in [c["name"] for c in unknown["spec"]["initContainers"]]
+    known = replace(plan, steps=(replace(step, verifier_pod=replace(
+        step.verifier_pod, entrypoint=("/entry",))),))
+    pod = build_trial_pod(body, known, Role.VERIFIER, None, name, None, "reg/runner:1")
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["runner"]
+    assert container(pod)["command"][-2:] == ["--", "/entry"]
