@@ -2,11 +2,13 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -97,10 +99,7 @@ func TestLookPathFollowsTheContainersPath(t *testing.T) {
 // The runner as a container's command: the fence first, then the image's ENTRYPOINT with the
 // container's arguments, in the runner's place (same PID); nothing of it when the fence fails.
 func TestFenceThenExecsTheCommandOnlyOnceThePolicyHolds(t *testing.T) {
-	runner := filepath.Join(t.TempDir(), "runner")
-	if out, err := exec.Command("go", "build", "-o", runner, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	runner := runnerBinary(t)
 	refused := closedAddr(t)
 	out, err := exec.Command(runner, "fence", "5", "open: {}", refused, "--",
 		"sh", "-c", `echo "ran as $0 $1"`, "entry", "arg").CombinedOutput()
@@ -166,5 +165,64 @@ func TestTheFirstBaseWaitsForTheImagesEntrypointToStart(t *testing.T) {
 	awaitStart()
 	if waited := time.Since(start); waited > startSettle+2*time.Second {
 		t.Fatalf("a marker from the future held the launch %v", waited)
+	}
+}
+
+var (
+	built     string
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// runnerBinary: this package built once, for the tests that run it as a process.
+func runnerBinary(t *testing.T) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "runner-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = filepath.Join(dir, "runner")
+		if out, err := exec.Command("go", "build", "-o", built, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+// A warm pod's Secret file is written by the runner from stdin (no program of the image sees
+// it): exactly SIZE bytes, 0600 in a 0700 folder; a name that climbs out is refused.
+func TestTakeSecretWritesExactlyTheValueGiven(t *testing.T) {
+	src := t.TempDir()
+	run := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(runnerBinary(t), append([]string{"take-secret"}, args...)...)
+		cmd.Env = append(os.Environ(), "SHIPYARD_SECRETS_SRC="+src, "SHIPYARD_ROOT="+t.TempDir())
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("sk-value-and-more", "0", "KEY", "8"); err != nil {
+		t.Fatalf("take-secret: %v %s", err, out)
+	}
+	data, err := os.ReadFile(src + "/0/KEY")
+	if err != nil || string(data) != "sk-value" {
+		t.Fatalf("written %q, %v", data, err)
+	}
+	if st, _ := os.Stat(src + "/0/KEY"); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	if st, _ := os.Stat(src + "/0"); st.Mode().Perm() != 0o700 {
+		t.Fatalf("folder mode %v", st.Mode())
+	}
+	for _, bad := range [][]string{{"..", "KEY", "1"}, {"0", "../x", "1"}, {"0", "", "1"}} {
+		if out, err := run("x", bad...); err == nil {
+			t.Fatalf("%v accepted: %s", bad, out)
+		}
+	}
+	if out, err := run("short", "0", "K2", "100"); err == nil {
+		t.Fatalf("a short value accepted: %s", out)
 	}
 }

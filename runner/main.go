@@ -19,7 +19,7 @@ import (
 const usage = "usage: runner launch ID SIZE [LIMIT [KEY [BASE [ARTIFACTS]]]] | " +
 	"chain LIMIT SIZE [artifacts=N] ID[:KEY|:-]... | status ID | result ID [LIMIT [WAIT [ARTIFACTS]]] | " +
 	"stop ID [LIMIT] | ready | artifacts LIMIT [ITEMS] | sweep | " +
-	"put-secrets ID | install DEST | fence TIMEOUT MESSAGE ADDR... [-- COMMAND [ARG...]]"
+	"put-secrets ID | take-secret INDEX KEY SIZE | install DEST | idle | fence TIMEOUT MESSAGE ADDR... [-- COMMAND [ARG...]]"
 
 const (
 	killAfter    = 5       // seconds between TERM and KILL
@@ -31,9 +31,9 @@ const (
 
 // paths are the runner's folders (SHIPYARD_ROOT, default /shipyard).
 type paths struct {
-	root, phases, state, secretsSrc, drops, baseline, probe string
-	scrubDirs                                               []string
-	grace                                                   int
+	root, phases, state, secretsSrc, drops, baseline, probe, scrubRoot string
+	scrubDirs                                                          []string
+	grace                                                              int
 }
 
 var P paths
@@ -56,23 +56,50 @@ func env(name, def string) string {
 	return def
 }
 
+// secretsMount: where the `secrets` container mounts the agent's Secrets
+// (render.pod.SECRETS_MOUNT).
+const secretsMount = "/run/shipyard-secrets"
+
+// setup reads the runner's settings. In a trial pod they are its defaults, never its
+// environment: that is the container's, which the task's image (ENV) and task.toml
+// ([environment.env]) set, and a task that moved the scrubbed folders or the secrets' source
+// would have the agent's Secrets reach its verifier. The variables serve the runner's tests.
 func setup() {
-	root := env("SHIPYARD_ROOT", "/shipyard")
+	setting := env
+	if inTrialPod() {
+		setting = func(_, def string) string { return def }
+	}
+	root := setting("SHIPYARD_ROOT", "/shipyard")
+	secretsDefault := root + "/secrets"
+	if inTrialPod() {
+		secretsDefault = secretsMount
+	}
 	P = paths{
 		root:       root,
 		phases:     root + "/phases",
 		state:      root + "/state",
-		secretsSrc: env("SHIPYARD_SECRETS_SRC", root+"/secrets"),
+		secretsSrc: setting("SHIPYARD_SECRETS_SRC", secretsDefault),
 		drops:      root + "/secret-drops",
 		baseline:   root + "/state/baseline",
 		probe:      root + "/probe",
-		scrubDirs:  strings.Fields(env("SHIPYARD_SCRUB_DIRS", "/logs/agent /logs/artifacts")),
+		scrubDirs:  strings.Fields(setting("SHIPYARD_SCRUB_DIRS", "/logs/agent /logs/artifacts")),
+		scrubRoot:  setting("SHIPYARD_SCRUB_ROOT", "/"),
 		grace:      3,
 	}
-	if g, err := strconv.Atoi(env("SHIPYARD_LAUNCH_GRACE", "3")); err == nil && g >= 0 {
+	if g, err := strconv.Atoi(setting("SHIPYARD_LAUNCH_GRACE", "3")); err == nil && g >= 0 {
 		P.grace = g
 	}
 }
+
+// inTrialPod: PID 1 is the pod's pause (the pod shares one PID namespace) and the runner's
+// read-only mount is there, neither of which a container of the pod can change (the runner's
+// tests run it in PID namespaces of their own, whose PID 1 is also called pause).
+func inTrialPod() bool {
+	return value("/proc/1/comm", "") == "pause" && isFile(runnerPath)
+}
+
+// runnerPath: where a trial pod mounts the runner (conventions.RUNNER_PATH).
+const runnerPath = "/shipyard/bin/runner"
 
 func die(code int, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
@@ -157,6 +184,15 @@ func main() {
 	case "install":
 		need(1)
 		install(args[0])
+	case "take-secret":
+		need(3)
+		takeSecret(args[0], args[1], intArg(args, 2, -1))
+	case "idle":
+		// The `secrets` container's command: it runs nothing of the task's image (whose
+		// `sleep` a task may replace), and ends with the pod (SIGTERM's default action).
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "fence":
 		// No program of the task's image starts before the pod's policy is in force: as the
 		// pod's `fence` init container (nothing after it), or as a container's command, which

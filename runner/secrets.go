@@ -194,7 +194,7 @@ func scrubChanged(drop string, since time.Time) {
 	if len(patterns) == 0 {
 		return
 	}
-	root := env("SHIPYARD_SCRUB_ROOT", "/")
+	root := P.scrubRoot
 	skip := map[string]bool{"/proc": true, "/sys": true, "/dev": true, P.drops: true,
 		P.root + "/bin": true}
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -303,5 +303,31 @@ func scrubLarge(f *os.File, patterns [][]byte) {
 	}
 	if _, err := f.Seek(0, io.SeekStart); err == nil {
 		_, _ = io.Copy(f, tmp)
+	}
+}
+
+// takeSecret INDEX KEY SIZE: a warm pod's Secret file, SIZE bytes on stdin, written where a
+// mounted Secret would be (P.secretsSrc/INDEX/KEY, folders 0700, the file 0600), by the runner
+// itself: no program of the task's image (the `secrets` container's) sees the value. The
+// exec's stdin is not closed after the value, so exactly SIZE bytes are read.
+func takeSecret(index, key string, size int64) {
+	for _, part := range []string{index, key} {
+		if part == "" || part == "." || part == ".." || strings.Contains(part, "/") {
+			die(2, "shipyard runner: take-secret: %q is not a file name", part)
+		}
+	}
+	if size < 0 || size > maxBundle {
+		die(2, "shipyard runner: take-secret: size %d", size)
+	}
+	dir := P.secretsSrc + "/" + index
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		die(1, "shipyard runner: %v", err)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(os.Stdin, data); err != nil {
+		die(1, "shipyard runner: take-secret: %d bytes expected on stdin: %v", size, err)
+	}
+	if err := os.WriteFile(dir+"/"+key, data, 0o600); err != nil {
+		die(1, "shipyard runner: %v", err)
 	}
 }

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import shlex
 from typing import Any
 
 from kubernetes.client import V1DeleteOptions, V1Preconditions
@@ -18,6 +17,7 @@ from shipyard.api.conventions import (
     LABEL_TRIAL,
     LABEL_WARM_KEY,
     LABEL_WARM_POOL,
+    RUNNER_PATH,
     SECRETS_CONTAINER,
     selector_string,
 )
@@ -101,20 +101,17 @@ def secret_files(namespace: str, names: tuple[str, ...]) -> list[tuple[int, str,
     return files
 
 
-def deliver_secrets(namespace: str, pod: str, source: str, names: tuple[str, ...]
-                    ) -> runner.Reply:
-    """Write the agent's Secrets where a pod's mounted ones would be (`source`/<index>/<key>)
-    in its `secrets` container, whose root file system the main container cannot read: one
-    exec per file, the value on stdin. The runner's `put-secrets` then works as for mounted
-    Secrets."""
+def deliver_secrets(namespace: str, pod: str, names: tuple[str, ...]) -> runner.Reply:
+    """Write the agent's Secrets where a pod's mounted ones would be (the runner's
+    <secrets source>/<index>/<key>) in its `secrets` container, whose root file system the
+    main container cannot read: one exec per file of the runner's `take-secret`, the value on
+    stdin (no program of the task's image, whose `sh` or `head` a task may replace, sees it).
+    The runner's `put-secrets` then works as for mounted Secrets."""
     reply = runner.Reply("ok")
     for index, key, value in secret_files(namespace, names):
-        folder = f"{source}/{index}"
-        # `head -c N`: the exec's stdin is not closed after the value (no EOF for `cat`)
-        script = (f"umask 077 && mkdir -p {shlex.quote(folder)} && "
-                  f"head -c {len(value)} > {shlex.quote(folder + '/' + key)}")
-        reply = runner.exec_with_stdin(namespace, pod, SECRETS_CONTAINER,
-                                       ["/bin/sh", "-c", script], value)
+        reply = runner.exec_with_stdin(
+            namespace, pod, SECRETS_CONTAINER,
+            [RUNNER_PATH, "take-secret", str(index), key, str(len(value))], value)
         if reply.state != "ok":
             return reply
     return reply

@@ -127,10 +127,13 @@ def container_security(capabilities: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
-        dict[str, Any], list[dict[str, Any]]]:
-    """The container that alone mounts the agent's Secrets, and their volumes. It only sleeps;
-    the operator runs `runner put-secrets PHASE` in it before a phase that needs them."""
+def secrets_container(plan: PodPlan, secret_names: tuple[str, ...], go_runner: bool
+                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The container that alone mounts the agent's Secrets, and their volumes. It only waits
+    (the Go runner's `idle`: no program of the task's image, whose `sleep` a task may replace,
+    runs beside the Secrets; runner.sh needs the image's `sleep`); the operator runs `runner
+    put-secrets PHASE` in it before a phase that needs them. The runner reads them from
+    SECRETS_MOUNT (its default in a trial pod)."""
     # optional: a missing Secret does not hold the pod in ContainerCreating until the start
     # timeout; `put-secrets` finds its folder empty and the trial fails with SecretNotFound.
     volumes = [{"name": f"secret-{i}", "secret": {"secretName": n, "defaultMode": 0o400,
@@ -140,8 +143,7 @@ def secrets_container(plan: PodPlan, secret_names: tuple[str, ...]) -> tuple[
         "name": SECRETS_CONTAINER,
         "image": plan.image,
         "imagePullPolicy": plan.image_pull_policy,
-        "command": ["sleep", "infinity"],
-        "env": [{"name": "SHIPYARD_SECRETS_SRC", "value": SECRETS_MOUNT}],
+        "command": [RUNNER_PATH, "idle"] if go_runner else ["sleep", "infinity"],
         "securityContext": container_security(SECRETS_CAPABILITIES),
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                       "limits": {"cpu": "100m", "memory": "64Mi"}},
@@ -352,7 +354,7 @@ def _base_pod(trial: dict[str, Any], plan: PodPlan, role: Role, name: str,
         spec_extra["initContainers"] = init
     containers = [container]
     if secret_names:
-        sidecar, secret_volumes = secrets_container(plan, secret_names)
+        sidecar, secret_volumes = secrets_container(plan, secret_names, runner is not None)
         containers.append(sidecar)
         volumes += secret_volumes
     if probe_image is not None:

@@ -46,6 +46,13 @@
 # them into the command's environment and the drop is deleted by the next `launch`: a verifier
 # never finds them.
 set -u
+# In a trial pod (PID 1 is its pause, the runner mounted) the settings are the defaults, never
+# the environment: that is the container's, which the task's image and task.toml set (the
+# variables serve the runner's tests).
+if [ "$(cat /proc/1/comm 2>/dev/null)" = pause ] && [ -f /shipyard/bin/runner ]; then
+  unset SHIPYARD_ROOT SHIPYARD_LAUNCH_GRACE SHIPYARD_SCRUB_DIRS SHIPYARD_SCRUB_ROOT
+  SHIPYARD_SECRETS_SRC=/run/shipyard-secrets
+fi
 ROOT=${SHIPYARD_ROOT:-/shipyard}
 PHASES=$ROOT/phases
 STATE=$ROOT/state

@@ -61,7 +61,7 @@ from shipyard.reconcile.warm_pool import (
     refill_hold,
 )
 from shipyard.render.network_policy import build_namespace_baseline
-from shipyard.render.pod import SECRETS_MOUNT, build_runner_configmap, probe_image_for
+from shipyard.render.pod import build_runner_configmap, probe_image_for
 from shipyard.render.warm_pod import build_warm_pod, claim_patch, warm_key, warm_spec
 from shipyard.runtime import config, image_configs
 from shipyard.runtime import images as image_builds
@@ -112,6 +112,8 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
     meta = trial["metadata"]
     if not claims_warm_pod(plan, meta.get("labels") or {}, kueue_admitted):
         return None
+    if plan.secret_names and runner_of(settings) is None:
+        return None  # runner.sh cannot take a claimed pod's Secrets (`deliver_secrets`)
     namespace, uid = meta["namespace"], meta.get("uid") or ""
     started = ((trial.get("status") or {}).get("phase") or "Pending") != "Pending"
     # Just up, the pool watch may not have told; but a trial created since cannot have been
@@ -139,7 +141,7 @@ def claim(trial: dict[str, Any], plan: TrialPlan, settings: OperatorSettings,
 def deliver_secrets(namespace: str, pod: str, plan: TrialPlan):
     """(In a thread) the agent's Secrets into a claimed warm pod's `secrets` container, where
     a cold pod has them mounted (`render.pod.SECRETS_MOUNT`)."""
-    return kube.deliver_secrets(namespace, pod, SECRETS_MOUNT, plan.secret_names)
+    return kube.deliver_secrets(namespace, pod, plan.secret_names)
 
 
 # ---------------------------------------------------------------- pools

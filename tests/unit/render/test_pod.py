@@ -257,6 +257,24 @@ def test_secrets_are_mounted_only_into_the_secrets_container_one_folder_each() -
     assert side_caps - main_caps
 
 
+def test_nothing_of_the_tasks_image_runs_beside_the_secrets() -> None:
+    """The `secrets` container runs the task's image (already pulled) with the Secrets mounted:
+    its command is the Go runner's `idle`, never the image's `sleep` (which a task replaced
+    with a program that copied the Secrets into the pod's shared folder), and the runner
+    reads no setting from its environment there (the image's)."""
+    spec = {"agent": {"name": "command", "command": "run",
+                      "envFrom": [{"secretRef": {"name": "openai"}}]}}
+    body = trial_body(**spec)
+    plan = plan_for(**{k: v for k, v in body["spec"].items() if k != "taskRef"})
+    name = pod_name(body["metadata"]["name"], Role.ENV, None, 1)
+    pod = build_trial_pod(body, plan, Role.ENV, None, name, None, "reg/runner:1")
+    secrets = container(pod, "secrets")
+    assert secrets["command"] == [RUNNER_PATH, "idle"]
+    assert "args" not in secrets and "env" not in secrets
+    # runner.sh (the fallback) needs the image's programs anyway.
+    assert container(render(body), "secrets")["command"] == ["sleep", "infinity"]
+
+
 def test_trial_pods_are_hardened() -> None:
     pod = render(trial_body())
     assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
