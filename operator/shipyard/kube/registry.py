@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -104,11 +105,13 @@ class RegistryAccess:
 
 def image_config(ref: str, access: RegistryAccess, timeout: float = 5.0) -> ImageConfig | None:
     """The image's ENTRYPOINT and CMD from its registry (anonymously, or None: not found, a
-    registry that wants credentials or does not answer, a document that is not an image's)."""
+    registry that wants credentials or does not answer, a document that is not an image's),
+    within `timeout` seconds in all (a task's registry may answer slowly on purpose)."""
     parsed = ImageRef.parse(ref)
+    deadline = time.monotonic() + timeout
     for host, repository in _sources(parsed, access):
         scheme = "http" if host in access.insecure else "https"
-        session = _Session(f"{scheme}://{host}/v2/{repository}", timeout)
+        session = _Session(f"{scheme}://{host}/v2/{repository}", deadline)
         try:
             config = _read_config(session, parsed.reference, access.platform)
         except (urllib.error.URLError, OSError, TimeoutError, ValueError, KeyError, TypeError,
@@ -148,8 +151,15 @@ class _Session:
     """GETs under one repository's API root, with an anonymous bearer token fetched once when
     the registry asks for one (Docker Hub, ghcr.io, quay.io)."""
 
-    def __init__(self, root: str, timeout: float) -> None:
-        self.root, self.timeout, self.token = root, timeout, ""
+    def __init__(self, root: str, deadline: float) -> None:
+        self.root, self.deadline, self.token = root, deadline, ""
+
+    @property
+    def timeout(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the registry's time is up")
+        return left
 
     def get(self, path: str, accept: str) -> tuple[str, bytes] | None:
         for attempt in (0, 1):

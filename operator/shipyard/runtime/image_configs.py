@@ -18,6 +18,8 @@ KNOWN_SEC = 3600.0
 UNKNOWN_SEC = 300.0
 """An image whose config could not be read is tried again after this."""
 MAX_ENTRIES = 4096
+READ_SEC = 5.0
+"""One image's read in all; trials asking meanwhile wait at most this long (and a second)."""
 
 _cache: dict[str, tuple[float, tuple[str, ...] | None]] = {}
 _locks: dict[str, threading.Lock] = {}
@@ -43,11 +45,13 @@ def _entrypoint(ref: str, access: RegistryAccess) -> tuple[str, ...] | None:
         return cached[1]
     with _guard:
         lock = _locks.setdefault(ref, threading.Lock())
-    with lock:
+    if not lock.acquire(timeout=READ_SEC + 1):
+        return None  # another thread's read is slow: unknown (an init container fences it)
+    try:
         cached = _cache.get(ref)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        config = image_config(ref, access)
+        config = image_config(ref, access, READ_SEC)
         entrypoint = None if config is None else config.entrypoint
         keep = (UNKNOWN_SEC if config is None
                 else float("inf") if "@" in ref else KNOWN_SEC)
@@ -58,3 +62,5 @@ def _entrypoint(ref: str, access: RegistryAccess) -> tuple[str, ...] | None:
                     _locks.pop(old, None)
             _cache[ref] = (time.monotonic() + keep, entrypoint)
         return entrypoint
+    finally:
+        lock.release()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +38,7 @@ class Registry:
     def __init__(self) -> None:
         self.docs: dict[str, tuple[str, bytes]] = {}
         self.token: str | None = None
+        self.delay = 0.0
         self.requests: list[tuple[str, str]] = []
 
     def put(self, path: str, media: str, doc: Any) -> str:
@@ -75,6 +77,7 @@ def registry() -> Iterator[tuple[Registry, str]]:
 
         def do_GET(self) -> None:
             state.requests.append((self.path, self.headers.get("Authorization", "")))
+            time.sleep(state.delay)
             if self.path.startswith("/token"):
                 self._send(200, "application/json", json.dumps({"token": "t0k"}).encode())
                 return
@@ -148,3 +151,18 @@ def test_what_is_not_an_images_config_is_unknown_never_an_error(
         assert image_config(f"{host}/bad/{repo}:1", access) is None, repo
     # No registry there: unknown, quickly.
     assert image_config("127.0.0.1:9/x:1", RegistryAccess({}, frozenset({"127.0.0.1:9"}))) is None
+
+
+def test_a_slow_registry_has_its_time_in_all_not_per_request(
+        registry: tuple[Registry, str]) -> None:
+    """A task's own registry may answer each request just before the timeout: the read as a
+    whole gets `timeout` seconds, then the image is unknown."""
+    state, host = registry
+    state.image("slow/app", "1", {"Entrypoint": ["/e"]})
+    state.delay = 0.4
+    access = RegistryAccess({}, frozenset({host}))
+    began = time.monotonic()
+    assert image_config(f"{host}/slow/app:1", access, timeout=1.0) is None
+    assert time.monotonic() - began < 1.6
+    state.delay = 0.0
+    assert image_config(f"{host}/slow/app:1", access, timeout=1.0) is not None
