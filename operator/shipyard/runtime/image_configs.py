@@ -18,6 +18,8 @@ KNOWN_SEC = 3600.0
 UNKNOWN_SEC = 300.0
 """An image whose config could not be read is tried again after this."""
 MAX_ENTRIES = 4096
+MAX_ENTRYPOINT = 16384
+"""An ENTRYPOINT longer than this (in bytes) counts as unknown."""
 READ_SEC = 5.0
 """One image's read in all; trials asking meanwhile wait at most this long (and a second)."""
 
@@ -53,6 +55,8 @@ def _entrypoint(ref: str, access: RegistryAccess) -> tuple[str, ...] | None:
             return cached[1]
         config = image_config(ref, access, READ_SEC)
         entrypoint = None if config is None else config.entrypoint
+        if entrypoint is not None and sum(len(a) + 1 for a in entrypoint) > MAX_ENTRYPOINT:
+            entrypoint = None  # not copied into a pod's spec: the init container fences it
         keep = (UNKNOWN_SEC if config is None
                 else float("inf") if "@" in ref else KNOWN_SEC)
         with _guard:

@@ -26,6 +26,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         assert access.mirrors == {"docker.io": "m:5000"}
         if "slow" in ref:
             time.sleep(timeout + 1.5)  # past even the waiters' bound
+        if "huge" in ref:
+            return ImageConfig(("x" * 1000,) * 20, ())
         return None if "private" in ref else ImageConfig(("/e",) if "entry" in ref else (), ())
 
     monkeypatch.setattr(image_configs, "image_config", read)
@@ -33,11 +35,12 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_each_image_is_read_once_and_unknown_ones_are_left_out(reads: list[str]) -> None:
-    refs = ["python:3.12", "reg:5000/p/t:entry", None, "ghcr.io/private/x:1"]
+    refs = ["python:3.12", "reg:5000/p/t:entry", None, "ghcr.io/private/x:1", "huge:1"]
     assert image_configs.entrypoints(refs) == {"python:3.12": (),
                                                "reg:5000/p/t:entry": ("/e",)}
     assert image_configs.entrypoints([*refs, "python:3.12"]) == image_configs.entrypoints(refs)
-    assert sorted(reads) == ["ghcr.io/private/x:1", "python:3.12", "reg:5000/p/t:entry"]
+    assert sorted(reads) == ["ghcr.io/private/x:1", "huge:1", "python:3.12",
+                             "reg:5000/p/t:entry"]
 
 
 def test_a_slow_read_does_not_hold_the_trials_that_wait_for_it(
