@@ -29,6 +29,9 @@ func markStarted() {
 func awaitStart() int64 {
 	deadline, seen := time.Now().Add(10*time.Second), false
 	for {
+		// The fence's process first, then its marker: a fence that passes in between wrote the
+		// marker before its exec, so it is found.
+		limit, running := startFence()
 		if t, err := strconv.ParseInt(strings.TrimSpace(value(startMarker(), "")), 10, 64); err == nil {
 			settle := t + int64(startSettle/(10*time.Millisecond))
 			until := time.Now().Add(startSettle + time.Second) // a marker from the future
@@ -37,7 +40,6 @@ func awaitStart() int64 {
 			}
 			return nowTicks()
 		}
-		limit, running := startFence()
 		switch {
 		case !running && !seen:
 			return 0
