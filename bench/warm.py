@@ -2,6 +2,7 @@
 """Warm pods (docs/warm-pods.md) against the floor, in one run on the same cluster.
 
     python bench/warm.py [-n 40] [--parallelism 4] [--runs 20] [--arms floor,cold,warm,apply]
+                         [--image debian:bookworm]
 
 - floor: N bare pods doing the trivial task's work, at most P at once (a pod is created as
   soon as one ends): what the cluster itself costs;
@@ -53,7 +54,12 @@ from concurrent_trials import (  # noqa: E402
 )
 from cpuacct import format_spent, snapshot, spent  # noqa: E402
 
-IMAGE = "localhost/shipyard/debian:bookworm"
+IMAGE = "debian:bookworm"
+"""The trivial task's image and the floor's (`--image`): a registry's (the local cluster's
+stand-in, through the nodes' mirrors), whose ENTRYPOINT the operator reads, so its pods start
+behind the fence in their main container; an image only the node has, e.g.
+localhost/shipyard/debian:bookworm, gets the fence init container instead
+(docs/network-and-accelerators.md)."""
 
 
 def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float
@@ -208,14 +214,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="apply → reward runs")
     parser.add_argument("--arms", default="floor,cold,warm,apply")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--image", default=IMAGE, help="the task's image and the floor's")
     args = parser.parse_args()
+    globals()["IMAGE"] = args.image
     arms = {a.strip() for a in args.arms.split(",")}
     kubeconfig = ensure_cluster()
     apply_crds(kubeconfig)
     config.load_kube_config(kubeconfig)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     out: dict[str, float] = {}
-    print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores", flush=True)
+    print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores, "
+          f"image {args.image}", flush=True)
     if "floor" in arms:
         settle(core)
         out["floor"], cpu = floor(core, args.n, args.parallelism, args.timeout)
