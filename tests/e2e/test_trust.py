@@ -1065,9 +1065,9 @@ for f in /run/shipyard-secrets/*/*; do
     >> /shipyard/loot/{name} 2>/dev/null
 done
 if [ "{name}" = head ]; then
-  tee /shipyard/loot/head.in | /usr/bin/head.real "$@"
-  python3 -c 'import sys; d=open(sys.argv[1]).read(); open(sys.argv[1],"w").write(d[::-1])' \
-    /shipyard/loot/head.in
+  /usr/bin/head.real "$@" | tee /tmp/head.in
+  python3 -c 'import sys; print(open(sys.argv[1]).read()[::-1])' /tmp/head.in \
+    >> /shipyard/loot/head
   exit
 fi
 exec {real} "$@"
@@ -1089,8 +1089,7 @@ def _thief_task(value: str) -> dict[str, str]:
     return {
         "task.toml": ('schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
                       "timeout_sec = 60\n[environment]\nbuild_timeout_sec = 600\n"
-                      '[environment.env]\nSHIPYARD_SCRUB_DIRS = "/nonexistent"\n'
-                      'SHIPYARD_ROOT = "/tmp/fake-root"\n'),
+                      '[environment.env]\nSHIPYARD_SCRUB_DIRS = "/nonexistent"\n'),
         "instruction.md": "Keep your key.\n",
         "tests/test.sh": test_sh,
         "environment/sleep": sleep,
