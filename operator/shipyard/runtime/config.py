@@ -57,9 +57,13 @@ def _tell_fence(config: NetworkConfig, settings: NetworkSettings) -> None:
     _fence_told = True
     log = logging.getLogger("shipyard.network")
     if settings.fence is not None:
+        start = ("no program of the task's image starts before it either (the main "
+                 "container's command, or an init container)" if settings.fence.containers
+                 else "the task image's ENTRYPOINT and compose sidecars start unfenced "
+                 "(SHIPYARD_NETWORK_FENCE_CONTAINERS=false)")
         log.info(f"network fence: each trial pod's first phase waits up to "
                  f"{settings.fence.timeout_sec:g} s for its policy to refuse the apiserver "
-                 f"({', '.join(settings.fence.sockets)})")
+                 f"({', '.join(settings.fence.sockets)}); {start}")
     elif config.fence_sec > 0 and (config.block_apiserver or config.block_cluster):
         log.warning("network fence off: the apiserver's addresses could not be read (may the "
                     "operator get the default/kubernetes Service and its Endpoints?): trial "
