@@ -65,14 +65,13 @@ const secretsMount = "/run/shipyard-secrets"
 // ([environment.env]) set, and a task that moved the scrubbed folders or the secrets' source
 // would have the agent's Secrets reach its verifier. The variables serve the runner's tests.
 func setup() {
-	setting := env
+	setting, secretsDefault := env, ""
 	if inTrialPod() {
-		setting = func(_, def string) string { return def }
+		setting, secretsDefault = func(_, def string) string { return def }, secretsMount
 	}
 	root := setting("SHIPYARD_ROOT", "/shipyard")
-	secretsDefault := root + "/secrets"
-	if inTrialPod() {
-		secretsDefault = secretsMount
+	if secretsDefault == "" {
+		secretsDefault = root + "/secrets"
 	}
 	P = paths{
 		root:       root,

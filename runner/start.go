@@ -19,7 +19,8 @@ const startSettle = 300 * time.Millisecond
 // startMarker: written by the start fence just before the exec (the uptime, in clock ticks).
 func startMarker() string { return P.root + "/started" }
 
-// markStarted: best effort (the fence runs as the image's user); `awaitStart` copes without.
+// markStarted: best effort (a read-only /shipyard is not Shipyard's pod); `awaitStart` copes
+// without.
 func markStarted() {
 	_ = os.WriteFile(startMarker(), []byte(strconv.FormatInt(nowTicks(), 10)+"\n"), 0o644)
 }
@@ -74,7 +75,8 @@ func startFence() (time.Duration, bool) {
 		for _, a := range args[3:] {
 			if a == "--" {
 				secs, _ := strconv.Atoi(args[2])
-				return time.Duration(min(max(secs, 1), 3600)) * time.Second, true
+				// At most 2 minutes: a process of the ENTRYPOINT may pose as a fence.
+				return time.Duration(min(max(secs, 1), 120)) * time.Second, true
 			}
 		}
 	}

@@ -190,18 +190,20 @@ def fence_failure(pod: dict[str, Any]) -> str | None:
     fenced_main = any(c.get("name") == "main" and (c.get("command") or [])[:2]
                       == [RUNNER_PATH, "fence"]
                       for c in (pod.get("spec") or {}).get("containers") or [])
-    statuses = [*(status.get("initContainerStatuses") or []),
-                *(status.get("containerStatuses") or [])]
-    for cs in statuses:
+    fences = [(cs, True) for cs in status.get("initContainerStatuses") or []
+              if cs.get("name") == FENCE_INIT_CONTAINER]
+    if fenced_main:
+        fences += [(cs, False) for cs in status.get("containerStatuses") or []
+                   if cs.get("name") == "main"]
+    for cs, init in fences:
         ended = (cs.get("state") or {}).get("terminated") or {}
         if not ended or ended.get("exitCode") == 0:
             continue
         message = (ended.get("message") or "").strip()[:1000]
-        if cs.get("name") == FENCE_INIT_CONTAINER and cs in (
-                status.get("initContainerStatuses") or []):
+        if init:
             return message or (f"the network fence failed ({ended.get('reason') or 'Error'}, "
                                f"exit code {ended.get('exitCode')})")
-        if cs.get("name") == "main" and fenced_main and message.startswith(FENCE_MARK):
+        if message.startswith(FENCE_MARK):
             return message
     return None
 
