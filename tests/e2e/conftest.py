@@ -19,7 +19,12 @@ from tests.conftest import BUILDKIT_TLS_DIR, TEST_NAMESPACE_LABEL, TEST_NAMESPAC
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "shipyard.dev", "v1alpha1"
+# Helper pods (servers, stand-ins) run the node's own image, never pulled.
 TEST_IMAGE = "localhost/shipyard/debian:bookworm"
+# Tasks run the same Debian rootfs from the local registry (its docker.io mirror), as a user's
+# prebuilt image would be: the operator reads its ENTRYPOINT there, so its pods take the default
+# start (the fence in `main`), not the init container an unreadable image gets.
+TASK_IMAGE = "debian:bookworm"
 
 
 LEASE_NAMESPACE = "default"
@@ -314,7 +319,7 @@ def task_files(test_sh: str, solve_sh: str = "", toml_extra: str = "",
         "task.toml": (
             f'schema_version = "1.4"\n[agent]\ntimeout_sec = {agent_timeout}\n'
             f"[verifier]\ntimeout_sec = {verifier_timeout}\n"
-            f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n' + toml_extra
+            f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n' + toml_extra
         ),
         "instruction.md": instruction,
         "tests/test.sh": "#!/bin/bash\n" + test_sh,

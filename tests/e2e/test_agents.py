@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from shipyard.api.conventions import FENCE_INIT_CONTAINER, RUNNER_INIT_CONTAINER
-from tests.e2e.conftest import ROOT, TEST_IMAGE, condition, wait_ready
+from tests.e2e.conftest import ROOT, TASK_IMAGE, TEST_IMAGE, condition, wait_ready
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import complete, create_sweep, sweep_trials, wait_sweep
 
@@ -274,7 +274,7 @@ def test_no_network_task_reaches_only_the_model_server(shipyard, operator, stub,
     shipyard.task("offline", {
         "task.toml": (
             'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
-            f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+            f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
             'network_mode = "no-network"\n'),
         "instruction.md": "Probe the target.\n",
         "tests/test.sh": "#!/bin/bash\ncat /app/agent-observed.txt\n"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from shipyard.runtime.trial_executor import ARTIFACT_LIMIT
-from tests.e2e.conftest import TEST_IMAGE
+from tests.e2e.conftest import TASK_IMAGE
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_sweeps import BUSYBOX, create_sweep, wait_sweep
 from tests.harbor_venv import VIEWER_CLIENT, harbor_python, harbor_view
@@ -69,7 +69,7 @@ def exported(cluster, crds, operator, custom_objects, core_v1, tmp_path_factory
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=ns, labels={TEST_NAMESPACE_LABEL: "true"})))
     # Debian's GNU tar packs a folder with `exclude` patterns (busybox's tar has no --exclude)
-    env = f'[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+    env = f'[environment]\ndocker_image = "{TASK_IMAGE}"\n'
     try:
         for body in (
             task("arts", ARTIFACTS + env, SOLVE, TEST),
@@ -266,7 +266,7 @@ def _steps_files(separate: bool) -> dict[str, str]:
     """Two steps; each one's oracle writes its own name into the convention folder and into
     /app/out.txt, and its test checks /app/out.txt."""
     files = {"task.toml": (f'schema_version = "1.4"\nartifacts = ["/app/out.txt"]\n'
-                           f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+                           f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
                            + ('[verifier]\nenvironment_mode = "separate"\n' if separate else "")
                            + "".join(f'[[steps]]\nname = "{s}"\n[steps.agent]\ntimeout_sec = 60\n'
                                      for s in ("first", "second")))}
@@ -311,7 +311,7 @@ def test_a_trial_cancelled_before_its_verification_still_exports_its_artifacts(
     agent's exception, a cancellation): the environment pod packs them at the trial's end."""
     toml = ('artifacts = ["/app/out.txt", "/app/missing.txt"]\n'
             + ('[verifier]\nenvironment_mode = "separate"\n' if separate else "")
-            + f'[environment]\ndocker_image = "{TEST_IMAGE}"\n')
+            + f'[environment]\ndocker_image = "{TASK_IMAGE}"\n')
     shipyard.task("stopped", task("stopped", toml, "", TEST)["spec"]["source"]["inline"]["files"])
     shipyard.trial("stopped-agent", "stopped", {
         "name": "command",

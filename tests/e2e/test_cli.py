@@ -15,7 +15,7 @@ import time
 import pytest
 
 from shipyard.api.task_source import BUNDLE_KEY, files_from_bundle
-from tests.e2e.conftest import ROOT, TEST_IMAGE, task_files
+from tests.e2e.conftest import ROOT, TASK_IMAGE, task_files
 
 HELLO_TASK = ROOT / "examples" / "hello-world" / "task"
 
@@ -173,7 +173,7 @@ def test_a_failed_trial_exits_1_with_its_reason(cluster, shipyard, tmp_path):
     task = tmp_path / "noreward"
     (task / "tests").mkdir(parents=True)
     (task / "task.toml").write_text(
-        f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n')
+        f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\n')
     (task / "instruction.md").write_text("Nothing.\n")
     (task / "tests" / "test.sh").write_text("#!/bin/bash\necho no reward written\n")
     result = shipyard_cli(cluster, "run", str(task), "--agent", "nop", "--name", "no-reward",

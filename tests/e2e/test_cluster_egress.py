@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from shipyard.api.conventions import RUNNER_PATH
-from tests.e2e.conftest import TEST_IMAGE, condition, task_files, wait_ready
+from tests.e2e.conftest import TASK_IMAGE, TEST_IMAGE, condition, task_files, wait_ready
 from tests.e2e.test_build_network import host_addresses, reachable_from_host
 
 pytestmark = pytest.mark.usefixtures("local_only")
@@ -141,7 +141,7 @@ def probe_task(allowed: list[str], user: str | None) -> dict[str, str]:
     return {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n{agent_user}'
                       f'[verifier]\ntimeout_sec = 60\n'
-                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'),
+                      f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'),
         "instruction.md": "Probe.\n",
         "environment/probe.py": PROBE,
         "tests/test.sh": TEST_SH.format(allowed=" ".join(allowed)),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import TEST_IMAGE, brief, condition, task_files
+from tests.e2e.conftest import TASK_IMAGE, brief, condition, task_files
 
-HEADER = f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+HEADER = f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
 
 
 def step_toml(name: str, extra: str = "") -> str:
@@ -127,7 +127,7 @@ def test_files_persist_across_steps_but_tests_do_not(shipyard):
 
 SEPARATE = (
     f'schema_version = "1.4"\n[verifier]\nenvironment_mode = "separate"\ntimeout_sec = 60.0\n'
-    f'[agent]\ntimeout_sec = 60.0\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+    f'[agent]\ntimeout_sec = 60.0\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'
     'workdir = "/app"\nartifacts = ["/app/answer.txt"]\n'
 )
 
@@ -200,7 +200,7 @@ def test_operator_restarted_at_every_phase_of_a_separate_verifier_multi_step_tri
     files = {"task.toml": (
         'schema_version = "1.4"\nartifacts = ["/app/runs"]\n'
         '[verifier]\nenvironment_mode = "separate"\n'
-        f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+        f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
         + step_toml("one") + step_toml("two"))}
     for i, name in enumerate(("one", "two"), start=1):
         files[f"steps/{name}/instruction.md"] = f"Step {name}.\n"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import ROOT, TEST_IMAGE, condition
+from tests.e2e.conftest import ROOT, TASK_IMAGE, TEST_IMAGE, condition
 
 PROBE = """\
 import sys, urllib.request
@@ -96,7 +96,7 @@ def probe_task(url: str, environment: str = "", agent: str = "", verifier: str =
         'schema_version = "1.4"\n'
         f"[agent]\ntimeout_sec = 60\n{agent}"
         f"[verifier]\ntimeout_sec = 60\n{verifier}"
-        f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n{environment}'
+        f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n{environment}'
     )
     return {
         "task.toml": toml,

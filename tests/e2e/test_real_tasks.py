@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TEST_NAMESPACE_PREFIX
 from tests.e2e.conftest import (
-    TEST_IMAGE,
+    TASK_IMAGE,
     OperatorProcess,
     Shipyard,
     brief,
@@ -116,7 +116,7 @@ def test_a_prebuilt_ubuntu_image_is_pulled_through_the_registry_mirror(shipyard)
     files = task_files("grep -q ok /app/out && echo 1 > /logs/verifier/reward.txt "
                        "|| echo 0 > /logs/verifier/reward.txt\n",
                        "echo ok > /app/out\n")
-    files["task.toml"] = files["task.toml"].replace(TEST_IMAGE, "ubuntu:24.04")
+    files["task.toml"] = files["task.toml"].replace(TASK_IMAGE, "ubuntu:24.04")
     files["tests/test.sh"] = files["tests/test.sh"].replace("#!/bin/bash\n", "#!/bin/bash\n"
                                                             "mkdir -p /app\n")
     files["solution/solve.sh"] = "#!/bin/bash\nmkdir -p /app && echo ok > /app/out\n"

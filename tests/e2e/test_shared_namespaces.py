@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tests.e2e.conftest import TEST_IMAGE, brief, condition
+from tests.e2e.conftest import TASK_IMAGE, brief, condition
 
 
 def _task() -> dict[str, str]:
-    return {"task.toml": f'[environment]\ndocker_image = "{TEST_IMAGE}"\n',
+    return {"task.toml": f'[environment]\ndocker_image = "{TASK_IMAGE}"\n',
             "instruction.md": "Write ok to /tmp/out.\n",
             "solution/solve.sh": "#!/bin/sh\necho ok > /tmp/out\n",
             "tests/test.sh": ("#!/bin/sh\ngrep -q ok /tmp/out && echo 1 > "

@@ -11,12 +11,12 @@ import tarfile
 import time
 
 from shipyard.api.task_source import BUNDLE_KEY, build_bundle, split_bundle
-from tests.e2e.conftest import GROUP, TEST_IMAGE, VERSION, condition
+from tests.e2e.conftest import GROUP, TASK_IMAGE, VERSION, condition
 from tests.e2e.test_trust import _rss_kib
 
 FILES = {
     "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                  f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                  f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
     "instruction.md": "Nothing.\n",
     "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
 }

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from shipyard.api.conventions import LABEL_TRIAL, label_value
-from tests.e2e.conftest import TEST_IMAGE, brief, condition, task_files
+from tests.e2e.conftest import TASK_IMAGE, brief, condition, task_files
 
 EXPECTED = "7c1e-answer-key"
 
@@ -41,7 +41,7 @@ def separate_task(user: str | None = None) -> dict[str, str]:
             f'schema_version = "1.4"\nartifacts = ["/app/out"]\n[agent]\ntimeout_sec = 60\n'
             f"{agent_user}"
             '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
-            f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+            f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
         ),
         "instruction.md": "Write the answer key into /app/out/answer.txt.\n",
         "tests/test.sh": SEPARATE_TEST,
@@ -199,7 +199,7 @@ def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
     big_int = "1" + "0" * 400
     huge = {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
         "instruction.md": "Nothing.\n",
         "tests/test.sh": f"#!/bin/bash\necho '{{\"reward\": {big_int}}}' > "
                          "/logs/verifier/reward.json\n",
@@ -213,7 +213,7 @@ def test_trials_that_used_to_never_end_now_end_with_a_reason(shipyard):
     steps = "".join(f'[[steps]]\nname = "s{i}"\n[steps.agent]\ntimeout_sec = 60.0\n'
                     for i in range(3))
     chatty = {"task.toml": (f'schema_version = "1.4"\n[verifier]\ntimeout_sec = 60\n'
-                            f'[environment]\ndocker_image = "{TEST_IMAGE}"\n' + steps)}
+                            f'[environment]\ndocker_image = "{TASK_IMAGE}"\n' + steps)}
     for i in range(3):
         chatty[f"steps/s{i}/instruction.md"] = f"Step {i}.\n"
         chatty[f"steps/s{i}/tests/test.sh"] = (
@@ -250,7 +250,7 @@ def test_timeouts_past_a_year_are_held_as_a_year_and_the_trial_runs(shipyard):
     huge = {
         "task.toml": (
             f'schema_version = "1.4"\n[agent]\ntimeout_sec = 1e308\n[verifier]\n'
-            f'timeout_sec = 1e308\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+            f'timeout_sec = 1e308\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'
             "build_timeout_sec = 1e308\n[environment.healthcheck]\ncommand = \"true\"\n"
             "interval_sec = 1e308\ntimeout_sec = 1e308\nstart_period_sec = 1e308\n"
             f"start_interval_sec = 1e308\nretries = {10**30}\n"),
@@ -260,7 +260,7 @@ def test_timeouts_past_a_year_are_held_as_a_year_and_the_trial_runs(shipyard):
     }
     shipyard.task("huge-timeouts", huge)
     shipyard.task("plain-timeouts", {**huge, "task.toml": (
-        f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n')})
+        f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\n')})
     shipyard.trial("huge-timeouts-oracle", "huge-timeouts")
     shipyard.trial("huge-multiplier", "plain-timeouts", timeoutMultiplier=1e308)
     for name in ("huge-timeouts-oracle", "huge-multiplier"):
@@ -273,7 +273,7 @@ def test_a_container_that_cannot_start_says_why(shipyard):
     the Trial said only `container main terminated (StartError, exit code 128)`; it now
     carries the runtime's reason (`mkdir /etc/passwd: not a directory`)."""
     shipyard.task("file-workdir", {
-        "task.toml": (f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'
+        "task.toml": (f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'
                       'workdir = "/etc/passwd"\n'),
         "instruction.md": "Nothing.\n",
         "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
@@ -309,7 +309,7 @@ def test_an_agent_that_ends_its_own_container_gets_no_free_retry(shipyard):
     although the Trial allows retries."""
     test_sh = "echo 0 > /logs/verifier/reward.txt\n"
     root = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
             "instruction.md": "Lose.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh}
     # A long agent timeout: the pod gets the probe container (its httpd runs as nobody).
     nobody = dict(root, **{"task.toml": root["task.toml"].replace(
@@ -468,7 +468,7 @@ def test_task_documents_that_never_end_are_refused_while_the_operator_goes_on(
     from tests.unit.taskformat.test_documents import laughs
 
     base = {"task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                          f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
             "instruction.md": "Nothing.\n",
             "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
             "solution/solve.sh": "#!/bin/bash\ntrue\n"}
@@ -517,7 +517,7 @@ def test_a_shared_verifier_finds_no_secret_in_the_files_the_agent_left(shipyard)
                "> /logs/verifier/reward.txt\n")
     files = {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
         "instruction.md": "Leak.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh}
     shipyard.task("leak", files)
     nobody = dict(files, **{"task.toml": files["task.toml"].replace(
@@ -622,7 +622,7 @@ def shared_task(agent_user: str | None, verifier_user: str | None) -> dict[str, 
     return {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n{agent}'
                       f"[verifier]\ntimeout_sec = 60\n{verifier}"
-                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+                      f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
                       f"{hook}"),
         "instruction.md": "Write the answer key into /tmp/answer.txt.\n",
         "tests/test.sh": SHARED_TEST,
@@ -685,7 +685,7 @@ def test_a_shared_verifier_finds_no_secret_the_agent_wrote_anywhere(shipyard):
                "> /logs/verifier/reward.txt\n")
     shipyard.task("anywhere", {
         "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
-                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TEST_IMAGE}"\n'),
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
         "instruction.md": "Hide.\n", "tests/test.sh": "#!/bin/bash\n" + test_sh})
     command = ('echo "k=$MODEL_API_KEY" > /tmp/hidden.txt; mkdir -p /root/.cfg; '
                'echo "$MODEL_API_KEY" | base64 > /root/.cfg/k; printenv > /etc/agent.env; '
@@ -908,7 +908,7 @@ def _reuse_task(no_network: bool) -> dict[str, str]:
     return {
         "task.toml": ('schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n'
                       '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
-                      f'[environment]\ndocker_image = "{TEST_IMAGE}"\nworkdir = "/app"\n'
+                      f'[environment]\ndocker_image = "{TASK_IMAGE}"\nworkdir = "/app"\n'
                       f'{network}'),
         "instruction.md": "Write the answer key into /logs/artifacts/answer.txt.\n",
         "tests/test.sh": ("#!/bin/bash\ngot=$(cat /logs/artifacts/answer.txt 2>/dev/null)\n"
@@ -979,7 +979,7 @@ def test_environment_values_no_process_can_hold_are_refused_naming_the_field(shi
     from kubernetes.client.rest import ApiException
 
     files = {
-        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n',
+        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\n',
         "instruction.md": "Nothing.\n",
         "tests/test.sh": "#!/bin/bash\n[ -e /tmp/solved ] && echo 1 > /logs/verifier/reward.txt"
                          " || echo 0 > /logs/verifier/reward.txt\n",
@@ -1031,7 +1031,7 @@ def test_a_phase_the_runner_cannot_start_fails_the_trial_saying_why(shipyard):
     run and failed. It is now the runner's failure (126 with its line): the trial fails
     naming it, with no reward. An image without /bin/sh fails its environment phase so."""
     files = {
-        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TEST_IMAGE}"\n',
+        "task.toml": f'schema_version = "1.4"\n[environment]\ndocker_image = "{TASK_IMAGE}"\n',
         "instruction.md": "Nothing.\n",
         "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
         "solution/solve.sh": "#!/bin/bash\nrm -f /usr/bin/sh /bin/sh\n"}
