@@ -75,6 +75,10 @@ NO_INTERNET = (r"Could not resolve host|Temporary failure in name resolution|"
 COPY_MISSING = re.compile(r'COPY (\S+) \S+ failed \(failed to calculate checksum of ref '
                           r'\S+ "/?([^"]+)": not found\)')
 
+# A compose service's build whose Dockerfile is not in the task (Shipyard refuses the task).
+COMPOSE_NO_DOCKERFILE = re.compile(r"services\.[^.\s]+\.build: \S+ not found \(the build's "
+                                   r"Dockerfile\)")
+
 # What the runner writes into a phase's log when it ended what the phase left running.
 ISOLATION_LINE = "the phase left processes running, now ended"
 
@@ -254,6 +258,19 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
                             "environment/, not in it: Harbor builds from environment/ too "
                             "(a docker-compose.yaml with context ${CONTEXT_DIR}/.. would do)")
         return
+    absent = _copied_but_absent(lines, files)
+    if _score(oracle) != 1 and absent:
+        outcome.verdict = "task"
+        outcome.evidence = (f"the build COPYs environment/{absent}, which is not among the "
+                            "task's files (a large file its source left out?)")
+        return
+    no_dockerfile = next((ln for ln in lines if COMPOSE_NO_DOCKERFILE.search(ln)), None)
+    if _score(oracle) != 1 and no_dockerfile:
+        outcome.verdict = "task"
+        outcome.evidence = ("a compose service builds from a Dockerfile the task lacks (paths "
+                            f"are relative to environment/, in Harbor too): {no_dockerfile}"
+                            )[:300]
+        return
     ended = next((ln for ln in oracle.evidence if ISOLATION_LINE in ln), None)
     offline = next((ln for ln in lines if re.search(NO_INTERNET, ln)), None)
     if _score(oracle) != 1 and ended and not offline:
@@ -273,6 +290,17 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
     outcome.verdict = "shipyard"
     outcome.evidence = (f"oracle {oracle.phase} reward {_score(oracle)}: "
                         f"{first or tail}")[:400]
+
+
+def _copied_but_absent(lines: list[str], files: set[str]) -> str | None:
+    """The path a failed COPY wanted, when the task has it nowhere."""
+    for line in lines:
+        if (hit := COPY_MISSING.search(line)) is not None:
+            path = hit.group(2).rstrip("/")
+            if not any(f == path or f.startswith(f"{path}/") or f.endswith(f"/{path}")
+                       or f"/{path}/" in f for f in files):
+                return path
+    return None
 
 
 def _copied_from_beside_environment(lines: list[str], files: set[str]) -> str | None:

@@ -250,9 +250,9 @@ def _sources(arguments: str) -> list[str]:
 
 
 def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
-    """A COPY of a path the build context lacks but the task has elsewhere (`app/` beside
-    environment/): the build fails, under Harbor too, which builds from environment/ unless
-    the task's compose file names another context."""
+    """A COPY of a path the build context lacks (the task has it elsewhere, `app/` beside
+    environment/, or nowhere): the build fails, under Harbor too, which builds from
+    environment/ unless the task's compose file names another context."""
     files = task.files
     warnings = []
     for context, dockerfile, forced in _builds(task):
@@ -269,9 +269,14 @@ def _copies_from_beside_context(task: LoadedTask) -> list[LintWarning]:
                                for d in ("", "environment/") if d != context
                                and any(f == d + path or f.startswith(f"{d}{path}/")
                                        for f in files)), None)
-                if beside is None:
-                    continue
                 where = context or "the task's directory"
+                if beside is None:
+                    warnings.append(LintWarning(
+                        dockerfile, None,
+                        f"{forced}COPY {source}: not in the build context ({where}), nor "
+                        "anywhere else in the task: the build fails there, after the steps "
+                        "before it, as it does under Harbor"))
+                    continue
                 warnings.append(LintWarning(
                     dockerfile, None,
                     f"{forced}COPY {source}: not in the build context ({where}), but the task has "

@@ -234,6 +234,20 @@ def test_a_copy_of_what_lies_beside_the_build_context_is_named() -> None:
     assert task_warnings(files) == []
 
 
+def test_a_copy_of_what_the_task_lacks_altogether_is_named() -> None:
+    """A public task's Dockerfile COPYs a data file its repository did not carry (a large file
+    left out): the build fails only after its long pip step; lint says so before any build."""
+    dockerfile = ("FROM python:3.12-slim\nRUN pip install numpy\n"
+                  "COPY data/series.soft.gz /workspace/data/\nCOPY app.py /app.py\n"
+                  "COPY ./ /ctx/\nCOPY ../up.txt /up\n")
+    files = task_files(extra={"environment/Dockerfile": dockerfile,
+                              "environment/app.py": "print(1)\n"})
+    assert task_warnings(files) == [
+        "environment/Dockerfile: COPY data/series.soft.gz: not in the build context "
+        "(environment/), nor anywhere else in the task: the build fails there, after the steps "
+        "before it, as it does under Harbor"]
+
+
 def test_build_warnings_of_a_task_with_a_docker_image_say_they_need_force_build() -> None:
     """A task that names a prebuilt `docker_image` and ships the Dockerfile it came from (a
     dataset of 197 such tasks COPYs tests/ from beside environment/): Harbor and Shipyard run
