@@ -75,6 +75,8 @@ NO_INTERNET = (r"Could not resolve host|Temporary failure in name resolution|"
 COPY_MISSING = re.compile(r'COPY (\S+) \S+ failed \(failed to calculate checksum of ref '
                           r'\S+ "/?([^"]+)": not found\)')
 
+# The tests' interpreter without the module they run (an image with no pip or pytest).
+NO_MODULE = re.compile(r"No module named (?:pytest|pip)\b")
 # A compose service's build whose Dockerfile is not in the task (Shipyard refuses the task).
 COMPOSE_NO_DOCKERFILE = re.compile(r"services\.[^.\s]+\.build: \S+ not found \(the build's "
                                    r"Dockerfile\)")
@@ -284,6 +286,12 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
             return
     if _score(oracle) == 1 and _score(nop):
         outcome.verdict, outcome.evidence = "task", f"nop scored {_score(nop)}"
+        return
+    missing = next((ln for ln in oracle.evidence if NO_MODULE.search(ln)), None)
+    if _score(oracle) != 1 and missing:
+        outcome.verdict = "task"
+        outcome.evidence = ("the tests need a Python module the image lacks, and nothing "
+                            f"installs it (Harbor runs the same image): {missing.strip()}")[:300]
         return
     first = next((ln for ln in [*ready, oracle.error, nop.error] if ln), "")
     tail = next((ln for ln in reversed(oracle.evidence) if ln.strip()), "")
