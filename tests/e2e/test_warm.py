@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import GROUP, ROOT, VERSION, condition, task_files
+from tests.e2e.conftest import GROUP, ROOT, TASK_IMAGE, VERSION, condition, task_files
 
 CLAIMED_BY = "shipyard.dev/claimed-by"
 POOL_LABEL = "shipyard.dev/warm-pool"
@@ -150,8 +150,9 @@ def test_a_pool_whose_image_never_pulls_says_why_and_does_not_churn(shipyard):
     now names the pod and the pull error (`PodsFailing`), and it makes at most its 2 pods
     per 30 s backoff."""
     files = task_files(REWARD)
+    assert TASK_IMAGE in files["task.toml"]
     files["task.toml"] = files["task.toml"].replace(
-        "localhost/shipyard/debian:bookworm", "127.0.0.1:5055/shipyard-tests/never-pushed:1")
+        TASK_IMAGE, "127.0.0.1:5055/shipyard-tests/never-pushed:1")
     shipyard.task("nopull", files)
     pool(shipyard, "nopull-pool", "nopull", 2)
     seen: set[str] = set()
