@@ -129,6 +129,7 @@ def test_the_verifier_finds_no_secret_and_no_solution(operator, shipyard):
 def test_trial_pods_are_hardened_from_inside(shipyard):
     probe = (
         "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status; "
+        "chroot / /bin/true && echo 'chroot: ok'; "
         "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
         "| sed 's/^/memory.max: /'"
     )
@@ -141,9 +142,12 @@ def test_trial_pods_are_hardened_from_inside(shipyard):
     fields = dict(line.split(":", 1) for line in logs.splitlines() if ":" in line)
     assert fields["NoNewPrivs"].strip() == "1", logs
     assert fields["Seccomp"].strip() == "2", logs  # filter mode: RuntimeDefault
-    # CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID NET_BIND_SERVICE = bits 0-1,3-7,10
-    assert int(fields["CapEff"], 16) == 0x4FB, logs
-    assert int(fields["CapBnd"], 16) == 0x4FB, logs
+    # CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID NET_BIND_SERVICE SYS_CHROOT MKNOD
+    # = bits 0-1,3-7,10,18,27
+    assert int(fields["CapEff"], 16) == 0x80404FB, logs
+    assert int(fields["CapBnd"], 16) == 0x80404FB, logs
+    # sshd's privilege separation chroots, as a jail does (Harbor's containers can)
+    assert fields["chroot"].strip() == "ok", logs
     assert fields["memory.max"].strip() == str(512 * 1024 * 1024), logs
 
 

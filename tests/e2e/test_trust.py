@@ -1142,3 +1142,90 @@ def test_a_task_whose_programs_and_env_are_after_the_agents_secrets_gets_none(sh
         assert value not in str(logs) and value not in str(trial)
     assert "-w-" in shipyard.get("trials", "thief-warm")["status"]["podName"]  # claimed
     assert "-w-" not in shipyard.get("trials", "thief-cold")["status"]["podName"]
+
+
+# A compose sidecar of the task's, root like the agent, that looks for the agent's key where the
+# kernel shows it: every process's environment and every container's root filesystem (the
+# `secrets` container's mount) through /proc. It proves it saw the agent's own process (the
+# `sleep 4.123` the agent runs with its key in its environment) and serves what it found,
+# reversed so that no scrub recognises it, to the task's verifier.
+SPY = r"""
+import http.server, os, threading, time
+
+seen = {"agent": 0, "found": set()}
+
+
+def scan():
+    while True:
+        for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"4.123" in cmdline:
+                seen["agent"] += 1
+            try:
+                environ = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                environ = b""
+            for kv in environ.split(b"\0"):
+                if kv.startswith(b"MODEL_API_KEY="):
+                    seen["found"].add(kv[14:].decode()[::-1])
+            for top, _, names in os.walk(f"/proc/{pid}/root/run/shipyard-secrets"):
+                for name in names:
+                    try:
+                        seen["found"].add(open(os.path.join(top, name)).read()[::-1])
+                    except OSError:
+                        pass
+        time.sleep(0.05)
+
+
+class Serve(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"agent={seen['agent']} found={sorted(seen['found'])}".encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+threading.Thread(target=scan, daemon=True).start()
+http.server.ThreadingHTTPServer(("0.0.0.0", 8099), Serve).serve_forever()
+"""
+
+
+def test_a_root_sidecar_of_the_task_finds_nothing_of_the_agents_key(shipyard):
+    """A task author's compose sidecar runs as root beside a root agent in one process
+    namespace: `main` holds a capability (MKNOD) no sidecar may, so the kernel refuses the
+    sidecar the agent's /proc/PID/environ (and the `secrets` container's root: its runner is not
+    dumpable). The sidecar saw the agent's process and found no key."""
+    value = "sk-spy-8e41c07d"
+    shipyard.core.create_namespaced_secret(shipyard.namespace, {
+        "metadata": {"name": "spy-key"}, "stringData": {"MODEL_API_KEY": value}})
+    compose = ("services:\n  main:\n    image: ${PREBUILT_IMAGE_NAME}\n"
+               "    depends_on: [spy]\n"
+               f"  spy:\n    image: {TASK_IMAGE}\n"
+               '    command: ["python3", "/spy.py"]\n'
+               "    volumes:\n      - ./spy.py:/spy.py:ro\n")
+    test_sh = ("#!/bin/bash\n"
+               "got=$(python3 -c 'import urllib.request; print(urllib.request.urlopen("
+               "\"http://spy:8099/\", timeout=10).read().decode())')\n"
+               'echo "spy: $got"\n'
+               "case \"$got\" in 'agent=0 '*) r=0;; *\"found=[]\") r=1;; *) r=0;; esac\n"
+               "echo $r > /logs/verifier/reward.txt\n")
+    shipyard.task("spied", {
+        "task.toml": (f'schema_version = "1.4"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                      f'timeout_sec = 60\n[environment]\ndocker_image = "{TASK_IMAGE}"\n'),
+        "instruction.md": "Keep your key.\n",
+        "environment/docker-compose.yaml": compose,
+        "environment/spy.py": SPY,
+        "tests/test.sh": test_sh})
+    shipyard.trial("spied-cmd", "spied", {
+        "name": "command", "envFrom": [{"secretRef": {"name": "spy-key"}}],
+        "command": 'test -n "$MODEL_API_KEY" && exec sleep 4.123'})
+    trial = shipyard.wait("spied-cmd", timeout=300)
+    logs = shipyard.core.read_namespaced_config_map(
+        trial["status"]["logsConfigMap"], shipyard.namespace).data
+    assert "spy: agent=" in logs["verifier.log"], logs
+    assert trial["status"].get("reward") == 1, (brief(trial["status"]), logs)
+    assert "found=[]" in logs["verifier.log"], logs["verifier.log"]
+    assert value not in str(logs) and value not in str(trial)

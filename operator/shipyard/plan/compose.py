@@ -37,10 +37,11 @@ from shipyard.taskformat.resolve import held
 VOLUME_PREFIX = "compose-"
 TASK_FILES_PREFIX = "shipyard-task-files-"
 SIDECAR_CAPABILITIES = (*sorted(ALLOWED_CAPABILITIES), "AUDIT_WRITE")
-"""The pod policy's capabilities plus one `main` lacks: the pod shares one PID namespace, and
-the kernel refuses a process /proc/PID/root, environ and ptrace access to another whose
-permitted capabilities are not a subset of its own, so the agent cannot reach into a sidecar's
-filesystem (its evidence) through /proc (as for the `secrets` container)."""
+"""The pod policy's capabilities less MKNOD, plus one `main` lacks: the pod shares one PID
+namespace, and the kernel refuses a process /proc/PID/root, environ and ptrace access to
+another whose permitted capabilities are not a subset of its own. So neither reaches into the
+other: the agent not into a sidecar's filesystem (its evidence), a root sidecar (task code) not
+into a root agent's environment (its keys)."""
 
 
 @dataclass(frozen=True)

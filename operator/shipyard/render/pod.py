@@ -38,12 +38,16 @@ from shipyard.render.runner_parts import RunnerConfigMaps, runner_parts_volume
 SECRETS_MOUNT = "/run/shipyard-secrets"
 """Where the agent's Secrets are mounted, in the `secrets` container only."""
 MAIN_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-                     "NET_BIND_SERVICE")
+                     "NET_BIND_SERVICE", "SYS_CHROOT", "MKNOD")
 """What a trial's main container keeps of Linux capabilities (all others dropped): what task
 images need to install packages as root, chown/chmod files, switch to the agent or verifier
-user (su), kill their own processes (the runner's sweep) and serve on low ports. Dropped from
-the container runtime's default set: NET_RAW (raw sockets, spoofing), MKNOD, SYS_CHROOT,
-SETPCAP, SETFCAP, AUDIT_WRITE."""
+user (su), kill their own processes (the runner's sweep), serve on low ports and chroot (sshd's
+privilege separation, a jail: Harbor's containers have it). MKNOD (harmless: the device cgroup
+still decides what opens) is the one no other container of the pod holds, so that the kernel
+refuses a root compose sidecar /proc/PID/environ, root and ptrace access to a root agent (a
+process may only inspect another whose permitted capabilities are a subset of its own, without
+SYS_PTRACE): the agent's keys are in its environment. Dropped from the container runtime's
+default set: NET_RAW (raw sockets, spoofing), SETPCAP, SETFCAP, AUDIT_WRITE."""
 SECRETS_CAPABILITIES = ("AUDIT_WRITE",)
 """The `secrets` container's capabilities: one the main container lacks, so that the kernel
 refuses main's processes /proc/PID/root, environ and ptrace access to it (a process may only

@@ -42,8 +42,9 @@ RUNNER_PATHS = ("/shipyard",)
 RESERVED_NAMES = ("secrets", "probe")
 """Containers of a trial pod besides `main` (render.pod); `agent-*` are its bundle copies."""
 ALLOWED_CAPABILITIES = frozenset({"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID",
-                                  "SETUID", "NET_BIND_SERVICE"})
-"""What a service may add (`cap_add`): the trial pod's own policy (render.pod.MAIN_CAPABILITIES)."""
+                                  "SETUID", "NET_BIND_SERVICE", "SYS_CHROOT"})
+"""What a service may add (`cap_add`): the trial pod's own policy (render.pod.MAIN_CAPABILITIES)
+less MKNOD, which only `main` holds (plan.compose.SIDECAR_CAPABILITIES)."""
 
 Condition = Literal["service_started", "service_healthy", "service_completed_successfully"]
 _CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
