@@ -311,3 +311,20 @@ services:
     again = build_plan(loaded, trial_spec(agent={"name": "nop"}), {},
                        images={"environment": "x", "service.stack": "s"})
     assert task_files_configmaps("ns", again.environment.compose) == configmaps
+
+
+def test_no_container_of_the_pod_holds_a_superset_of_anothers_capabilities() -> None:
+    """The kernel lets a process of the same uid read another's /proc/PID/environ and root when
+    the other's permitted capabilities are a subset of its own: a root sidecar (the task's code)
+    must not hold all of main's (the agent's keys are in its environment), main not all of a
+    sidecar's (its evidence), nor of the `secrets` container's (the mounted Secrets)."""
+    from shipyard.plan.compose import SIDECAR_CAPABILITIES
+    from shipyard.render.pod import MAIN_CAPABILITIES, SECRETS_CAPABILITIES
+    from shipyard.taskformat.compose import ALLOWED_CAPABILITIES
+
+    main, sidecar, secrets = (set(MAIN_CAPABILITIES), set(SIDECAR_CAPABILITIES),
+                              set(SECRETS_CAPABILITIES))
+    assert main - sidecar and sidecar - main, (main, sidecar)
+    assert secrets - main, secrets
+    assert main - ALLOWED_CAPABILITIES, "a sidecar's cap_add could reach all of main's"
+    assert "SYS_CHROOT" in main  # sshd's privilege separation, as in Harbor's containers
