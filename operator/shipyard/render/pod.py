@@ -48,10 +48,14 @@ refuses a root compose sidecar /proc/PID/environ, root and ptrace access to a ro
 process may only inspect another whose permitted capabilities are a subset of its own, without
 SYS_PTRACE): the agent's keys are in its environment. Dropped from the container runtime's
 default set: NET_RAW (raw sockets, spoofing), SETPCAP, SETFCAP, AUDIT_WRITE."""
-SECRETS_CAPABILITIES = ("AUDIT_WRITE",)
-"""The `secrets` container's capabilities: one the main container lacks, so that the kernel
-refuses main's processes /proc/PID/root, environ and ptrace access to it (a process may only
-inspect another whose permitted capabilities are a subset of its own, without SYS_PTRACE)."""
+SECRETS_CAPABILITIES = ("SETPCAP",)
+"""The `secrets` container's capabilities: one that no other container of the pod holds, so that
+the kernel refuses main's processes and the compose sidecars (root, task code) its
+/proc/PID/root, environ and ptrace (a process may only inspect another whose permitted
+capabilities are a subset of its own, without SYS_PTRACE). Its runner processes are not
+dumpable either, but only from their first instruction: a root sidecar that held all of this
+container's capabilities read the mounted Secrets through /proc/PID/root of a `put-secrets`
+exec in the moment it started, on a loaded node."""
 PROBE_PERIOD_SEC = 1
 """The HTTP probe's period: a GET the kubelet makes itself, cheap enough to make often (a
 phase's end is seen within this)."""
