@@ -253,18 +253,16 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
             if unsolved else "no solution/ (oracle has nothing to run)")
         return
     lines = [*ready, *oracle.evidence, *nop.evidence, *events]
-    beside = _copied_from_beside_environment(lines, files)
-    if _score(oracle) != 1 and beside:
+    copy = _failed_copy(lines, files)
+    if _score(oracle) != 1 and copy is not None:
+        path, beside = copy
         outcome.verdict = "task"
-        outcome.evidence = (f"environment/Dockerfile COPYs {beside}, which is beside "
-                            "environment/, not in it: Harbor builds from environment/ too "
-                            "(a docker-compose.yaml with context ${CONTEXT_DIR}/.. would do)")
-        return
-    absent = _copied_but_absent(lines, files)
-    if _score(oracle) != 1 and absent:
-        outcome.verdict = "task"
-        outcome.evidence = (f"the build COPYs environment/{absent}, which is not among the "
-                            "task's files (a large file its source left out?)")
+        outcome.evidence = (
+            f"environment/Dockerfile COPYs {path}/, which is beside environment/, not in it: "
+            "Harbor builds from environment/ too (a docker-compose.yaml with context "
+            "${CONTEXT_DIR}/.. would do)" if beside else
+            f"the build COPYs environment/{path}, which is not among the task's files (a "
+            "large file its source left out?)")
         return
     no_dockerfile = next((ln for ln in lines if COMPOSE_NO_DOCKERFILE.search(ln)), None)
     if _score(oracle) != 1 and no_dockerfile:
@@ -300,25 +298,15 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
                         f"{first or tail}")[:400]
 
 
-def _copied_but_absent(lines: list[str], files: set[str]) -> str | None:
-    """The path a failed COPY wanted, when the task has it nowhere."""
+def _failed_copy(lines: list[str], files: set[str]) -> tuple[str, bool] | None:
+    """The path a failed COPY wanted, when the task lacks it in environment/: with True when
+    the task has it beside environment/, False when it has it nowhere."""
     for line in lines:
         if (hit := COPY_MISSING.search(line)) is not None:
             path = hit.group(2).rstrip("/")
-            if not any(f == path or f.startswith(f"{path}/") or f.endswith(f"/{path}")
-                       or f"/{path}/" in f for f in files):
-                return path
-    return None
-
-
-def _copied_from_beside_environment(lines: list[str], files: set[str]) -> str | None:
-    """The path a failed COPY wanted, when the task has it beside environment/ only."""
-    for line in lines:
-        if (hit := COPY_MISSING.search(line)) is not None:
-            path = hit.group(2).rstrip("/")
-            inside = any(f.startswith(f"environment/{path}") for f in files)
-            if not inside and any(f == path or f.startswith(f"{path}/") for f in files):
-                return f"{path}/"
+            if any(f.startswith(f"environment/{path}") for f in files):
+                continue
+            return path, any(f == path or f.startswith(f"{path}/") for f in files)
     return None
 
 

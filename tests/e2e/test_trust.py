@@ -1196,8 +1196,10 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8099), Serve).serve_forever()
 def test_a_root_sidecar_of_the_task_finds_nothing_of_the_agents_key(shipyard):
     """A task author's compose sidecar runs as root beside a root agent in one process
     namespace: `main` holds a capability (MKNOD) no sidecar may, so the kernel refuses the
-    sidecar the agent's /proc/PID/environ (and the `secrets` container's root: its runner is not
-    dumpable). The sidecar saw the agent's process and found no key."""
+    sidecar the agent's /proc/PID/environ, and the `secrets` container one (SETPCAP) no other
+    container holds, so it is refused that container's /proc/PID/root too (its runner is not
+    dumpable only from its first instruction: on a loaded node the sidecar caught a
+    `put-secrets` exec as it started). The sidecar saw the agent's process and found no key."""
     value = "sk-spy-8e41c07d"
     shipyard.core.create_namespaced_secret(shipyard.namespace, {
         "metadata": {"name": "spy-key"}, "stringData": {"MODEL_API_KEY": value}})

@@ -40,8 +40,8 @@
 # that is given none.
 #
 # Secrets: the agent's Secret files are mounted only into the `secrets` container of the pod,
-# whose capabilities the main container lacks, so no process of the main container can read
-# them through /proc. Before a phase that needs them the operator runs `put-secrets ID` there,
+# which holds a capability no other container holds, so no process of main or of a sidecar can
+# read them through /proc. Before a phase that needs them the operator runs `put-secrets ID` there,
 # which copies them into the phase's drop (/shipyard/secret-drops/ID); the supervisor turns
 # them into the command's environment and the drop is deleted by the next `launch`: a verifier
 # never finds them.
