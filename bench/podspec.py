@@ -11,7 +11,9 @@ deleted, against a bare `sleep infinity` pod with `shareProcessNamespace` treate
 - a `trial-…` arm drops parts of it, any of: `novol` (the runner's volume and the fence: `main`
   runs the image's `sleep infinity`), `nosec` (the pod's and the containers' securityContext),
   `noseccomp` (the pod's: its seccomp profile), `nocaps` (the containers': user, capabilities,
-  no privilege escalation), `nolabels` (no labels: no policy selects the pod).
+  no privilege escalation), `nolabels` (no labels: no policy selects the pod);
+- `-keep` (`bare-keep`, `trial-…-keep`): the pods are left running after their exec and deleted
+  after the wall time (as the floor's pods are), their teardown still in the arm's CPU.
 
 Wall time is to the last exec's end; CPU until the arm's pods are gone.
 """
@@ -58,7 +60,7 @@ def trial_pod(core, custom, namespace: str) -> dict[str, Any]:
 
 
 def variant(arm: str, trial: dict[str, Any], name: str) -> dict[str, Any]:
-    if arm == "bare":
+    if arm.split("-")[0] == "bare":
         return {"metadata": {"name": name}, "spec": copy.deepcopy(BARE)}
     spec = copy.deepcopy(trial["spec"])
     main = spec["containers"][0]
@@ -95,8 +97,9 @@ def run_arm(core, namespace: str, arm: str, trial: dict[str, Any], n: int, paral
                    command=["/bin/sh", "-c", FLOOR_WORK], stderr=True, stdin=False,
                    stdout=True, tty=False)
             ends.append(time.monotonic())
-            client.CoreV1Api(client.ApiClient()).delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0)
+            if "keep" not in arm.split("-"):
+                client.CoreV1Api(client.ApiClient()).delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=0)
         finally:
             slots.release()
 
@@ -109,6 +112,8 @@ def run_arm(core, namespace: str, arm: str, trial: dict[str, Any], n: int, paral
     for worker in workers:
         worker.join()
     wall = max(ends) - began
+    for pod in core.list_namespaced_pod(namespace).items:  # `keep`: after the wall time
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     while core.list_namespaced_pod(namespace).items:
         time.sleep(0.5)  # the deleted pods' teardown is theirs
     time.sleep(3)
