@@ -9,7 +9,8 @@ deleted, against a bare `sleep infinity` pod with `shareProcessNamespace` treate
 - bare: podcost.py's `exec-spn` pod, in the same namespace (no labels: no policy selects it);
 - trial: the trial pod's spec and labels (the namespace's baseline policies select it);
 - a `trial-…` arm drops parts of it, any of: `novol` (the runner's volume and the fence: `main`
-  runs the image's `sleep infinity`), `nosec` (the pod's and the containers' securityContext),
+  runs the image's `sleep infinity`), `nofence` (the volume kept, the fence not run), `nosec`
+  (the pod's and the containers' securityContext),
   `noseccomp` (the pod's: its seccomp profile), `nocaps` (the containers': user, capabilities,
   no privilege escalation), `nolabels` (no labels: no policy selects the pod);
 - `-keep` (`bare-keep`, `trial-…-keep`): the pods are left running after their exec and deleted
@@ -70,6 +71,7 @@ def variant(arm: str, trial: dict[str, Any], name: str) -> dict[str, Any]:
     if "novol" in parts:
         spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] != "runner"]
         main["volumeMounts"] = [v for v in main.get("volumeMounts", []) if v["name"] != "runner"]
+    if parts & {"novol", "nofence"}:
         main.pop("command", None)
         main["args"] = ["sleep", "infinity"]
     if parts & {"nosec", "noseccomp"}:
