@@ -88,6 +88,7 @@ def run_arm(core, namespace: str, arm: str, trial: dict[str, Any], n: int, paral
             ) -> tuple[float, dict[str, float]]:
     slots = threading.Semaphore(parallelism)
     ends: list[float] = []
+    wrong: list[str] = []  # pods whose exec did not print the floor's "1"
 
     def one(name: str) -> None:
         api = client.CoreV1Api(client.ApiClient())  # `stream` takes its client over
@@ -95,10 +96,12 @@ def run_arm(core, namespace: str, arm: str, trial: dict[str, Any], n: int, paral
             api.create_namespaced_pod(namespace, variant(arm, trial, name))
             while api.read_namespaced_pod(name, namespace).status.phase != "Running":
                 time.sleep(0.1)
-            stream(api.connect_get_namespaced_pod_exec, name, namespace, container="main",
-                   command=["/bin/sh", "-c", FLOOR_WORK], stderr=True, stdin=False,
-                   stdout=True, tty=False)
+            out = stream(api.connect_get_namespaced_pod_exec, name, namespace,
+                         container="main", command=["/bin/sh", "-c", FLOOR_WORK], stderr=True,
+                         stdin=False, stdout=True, tty=False)
             ends.append(time.monotonic())
+            if out.strip() != "1":
+                wrong.append(name)
             if "keep" not in arm.split("-"):
                 client.CoreV1Api(client.ApiClient()).delete_namespaced_pod(
                     name, namespace, grace_period_seconds=0)
@@ -119,6 +122,9 @@ def run_arm(core, namespace: str, arm: str, trial: dict[str, Any], n: int, paral
     while core.list_namespaced_pod(namespace).items:
         time.sleep(0.5)  # the deleted pods' teardown is theirs
     time.sleep(3)
+    if wrong or len(ends) < n:
+        print(f"  {arm}: {n - len(ends)} execs failed, {len(wrong)} gave another answer",
+              flush=True)
     return wall, spent(before, snapshot())
 
 
