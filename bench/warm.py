@@ -15,6 +15,9 @@
 - apply: `kubectl apply` of one Trial → its reward, p50 over `--runs`, with a WarmPool of one
   pod (each run waits for the pool to be ready again), and without (the cold figure beside it).
 
+`--perf FILE` also records the node with `perf` and prints, per arm, its CPU by program
+inside the arm's measured time (`bench/perfcomm.py`).
+
 Each arm has a namespace and an operator of its own and starts on a quiet node
 (`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor, and under
 each where the node's CPU went per pod or trial (`cpuacct`). Arms run
@@ -53,6 +56,7 @@ from concurrent_trials import (  # noqa: E402
     wait_ready,
 )
 from cpuacct import format_spent, snapshot, spent  # noqa: E402
+from perfcomm import Recorder, by_program, format_by_program  # noqa: E402
 
 IMAGE = "debian:bookworm"
 """The trivial task's image and the floor's (`--image`): a registry's (the local cluster's
@@ -62,9 +66,13 @@ localhost/shipyard/debian:bookworm, gets the fence init container instead
 (docs/network-and-accelerators.md)."""
 
 
+Window = tuple[float, float]
+"""An arm's measured time, as `time.monotonic()` values (`--perf` reports inside it)."""
+
+
 def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float
-          ) -> tuple[float, dict[str, float]]:
-    """Seconds for N bare pods, P at once; the CPU they took (`cpuacct`)."""
+          ) -> tuple[float, dict[str, float], Window]:
+    """Seconds for N bare pods, P at once; the CPU they took (`cpuacct`); the window."""
     namespace = namespace_name("wfl")
     make_namespace(core, namespace)
     done: dict[str, tuple[float, bool]] = {}
@@ -93,7 +101,8 @@ def floor(core: client.CoreV1Api, n: int, parallelism: int, timeout: float
                                          "imagePullPolicy": "IfNotPresent",
                                          "command": ["/bin/sh", "-c", FLOOR_WORK]}]}})
         finished.wait(timeout)
-        return max(t for t, _ in done.values()) - began, spent(cpu, snapshot())
+        ended = max(t for t, _ in done.values())
+        return ended - began, spent(cpu, snapshot()), (began, ended)
     finally:
         core.delete_namespace(namespace)
 
@@ -138,9 +147,9 @@ class Operated:
 
 def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
           timeout: float, ahead: int | None = None, init: bool = False
-          ) -> tuple[float, int, int, dict[str, float]]:
+          ) -> tuple[float, int, int, dict[str, float], Window]:
     """Seconds from the Sweep's creation to its last trial's end; trials rewarded 1; trials
-    that ran in a warm pod; the CPU they took (`cpuacct`). `ahead`: warm pods per slot
+    that ran in a warm pod; the CPU they took (`cpuacct`); the window. `ahead`: warm pods per slot
     (SHIPYARD_SWEEP_WARM_AHEAD; None: the operator's default); `init`: the runner copied by
     an init container (SHIPYARD_RUNNER_FILES=none) rather than mounted from ConfigMaps."""
     env = {"SHIPYARD_SWEEP_WARM_PODS": "100" if warm else "0"}
@@ -169,7 +178,8 @@ def sweep(kubeconfig: str, core, custom, n: int, parallelism: int, warm: bool,
         finished.wait(timeout)
         wall = max((t for t, _ in done.values()), default=time.monotonic()) - began
         cpu = spent(cpu, snapshot(run.operator.pid))
-        return wall, sum(1 for _, ok in done.values() if ok), run.claims(), cpu
+        return (wall, sum(1 for _, ok in done.values() if ok), run.claims(), cpu,
+                (began, began + wall))
     finally:
         run.close()
 
@@ -215,6 +225,9 @@ def main() -> int:
     parser.add_argument("--arms", default="floor,cold,warm,apply")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--image", default=IMAGE, help="the task's image and the floor's")
+    parser.add_argument("--perf", metavar="FILE", type=Path,
+                        help="record the node with `perf` into FILE and print each arm's CPU "
+                             "by program inside its measured time (bench/perfcomm.py)")
     args = parser.parse_args()
     globals()["IMAGE"] = args.image
     arms = {a.strip() for a in args.arms.split(",")}
@@ -223,11 +236,29 @@ def main() -> int:
     config.load_kube_config(kubeconfig)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     out: dict[str, float] = {}
+    recorder = Recorder(args.perf) if args.perf else None
+    if recorder:
+        recorder.start()
+    windows: list[tuple[str, Window]] = []
+    try:
+        run_arms(args, arms, kubeconfig, core, custom, out, windows)
+    finally:
+        if recorder:
+            recorder.stop()
+    if recorder:
+        for name, (began, ended) in windows:
+            print(f"{name}, {format_by_program(by_program(args.perf, began, ended), args.n)}")
+    return 0
+
+
+def run_arms(args: argparse.Namespace, arms: set[str], kubeconfig: str, core, custom,
+             out: dict[str, float], windows: list[tuple[str, Window]]) -> None:
     print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores, "
           f"image {args.image}", flush=True)
     if "floor" in arms:
         settle(core)
-        out["floor"], cpu = floor(core, args.n, args.parallelism, args.timeout)
+        out["floor"], cpu, window = floor(core, args.n, args.parallelism, args.timeout)
+        windows.append(("floor", window))
         print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s "
               f"(load {os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)
     floors = 0
@@ -236,15 +267,18 @@ def main() -> int:
         floors += name == "floor"
         if name == "floor" and floors > 1:
             settle(core)
-            again, cpu = floor(core, args.n, args.parallelism, args.timeout)
+            again, cpu, window = floor(core, args.n, args.parallelism, args.timeout)
+            windows.append(("floor again", window))
             print(f"floor again: {again:.1f} s\n  {format_spent(cpu, args.n)}")
         base, init = name.removesuffix("-init"), name.endswith("-init")
         if base != "cold" and not base.startswith("warm"):
             continue
         settle(core)
         ahead = int(base[4:]) if base[4:].isdigit() else None  # warmK: K pods per slot
-        wall, ok, warmed, cpu = sweep(kubeconfig, core, custom, args.n, args.parallelism,
-                                      base != "cold", args.timeout, ahead, init)
+        wall, ok, warmed, cpu, window = sweep(kubeconfig, core, custom, args.n,
+                                              args.parallelism, base != "cold", args.timeout,
+                                              ahead, init)
+        windows.append((name, window))
         ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
         what = "off" if base == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
         what += ", runner by init container" if init else ""
@@ -259,7 +293,6 @@ def main() -> int:
             print(f"apply → reward, {'warm pool' if warm else 'cold'}: p50 "
                   f"{statistics.median(times):.2f} s, min {min(times):.2f}, max "
                   f"{max(times):.2f} over {len(times)} runs ({warmed} in a warm pod)")
-    return 0
 
 
 if __name__ == "__main__":
