@@ -22,7 +22,8 @@ Each arm has a namespace and an operator of its own and starts on a quiet node
 (`concurrent_trials.settle`). Prints one line per arm and the ratios to the floor, and under
 each where the node's CPU went per pod or trial (`cpuacct`). Arms run
 in the order given and may repeat (`floor,cold,warm,floor,warm,cold`: a later floor is
-printed beside the first) to see the noise of a shared node.
+printed beside the first) to see the noise of a shared node; at the end each Sweep arm's runs
+are also given against the floors measured around each (the one before and the one after).
 """
 
 from __future__ import annotations
@@ -251,14 +252,33 @@ def main() -> int:
     return 0
 
 
+def bracketed_ratios(runs: list[tuple[str, float]]) -> dict[str, list[float]]:
+    """Each Sweep arm's wall time over the floor measured around it (the mean of the floor
+    run just before and the one just after, whichever there are), by arm name in the order
+    run: on a node whose speed drifts between runs this is the fairer pairing than the first
+    floor alone."""
+    ratios: dict[str, list[float]] = {}
+    for i, (name, wall) in enumerate(runs):
+        if name == "floor":
+            continue
+        before = next((w for n, w in reversed(runs[:i]) if n == "floor"), None)
+        after = next((w for n, w in runs[i + 1:] if n == "floor"), None)
+        around = [w for w in (before, after) if w is not None]
+        if around:
+            ratios.setdefault(name, []).append(wall / statistics.mean(around))
+    return ratios
+
+
 def run_arms(args: argparse.Namespace, arms: set[str], kubeconfig: str, core, custom,
              out: dict[str, float], windows: list[tuple[str, Window]]) -> None:
+    runs: list[tuple[str, float]] = []  # (arm, wall) in the order run
     print(f"N = {args.n}, parallelism {args.parallelism}, {os.cpu_count()} cores, "
           f"image {args.image}", flush=True)
     if "floor" in arms:
         settle(core)
         out["floor"], cpu, window = floor(core, args.n, args.parallelism, args.timeout)
         windows.append(("floor", window))
+        runs.append(("floor", out["floor"]))
         print(f"floor (bare pods, {args.parallelism} at once): {out['floor']:.1f} s "
               f"(load {os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)
     floors = 0
@@ -269,6 +289,7 @@ def run_arms(args: argparse.Namespace, arms: set[str], kubeconfig: str, core, cu
             settle(core)
             again, cpu, window = floor(core, args.n, args.parallelism, args.timeout)
             windows.append(("floor again", window))
+            runs.append(("floor", again))
             print(f"floor again: {again:.1f} s\n  {format_spent(cpu, args.n)}")
         base, init = name.removesuffix("-init"), name.endswith("-init")
         if base != "cold" and not base.startswith("warm"):
@@ -279,12 +300,16 @@ def run_arms(args: argparse.Namespace, arms: set[str], kubeconfig: str, core, cu
                                               args.parallelism, base != "cold", args.timeout,
                                               ahead, init)
         windows.append((name, window))
+        runs.append((name, wall))
         ratio = f", {wall / out['floor']:.2f}x the floor" if "floor" in out else ""
         what = "off" if base == "cold" else "on" + (f", {ahead} per slot" if ahead else "")
         what += ", runner by init container" if init else ""
         print(f"sweep, warm pods {what}: {wall:.1f} s{ratio} "
               f"({ok}/{args.n} rewarded 1, {warmed} in a warm pod; load "
               f"{os.getloadavg()[0]:.1f})\n  {format_spent(cpu, args.n)}", flush=True)
+    for name, ratios in bracketed_ratios(runs).items():
+        print(f"{name}: {', '.join(f'{r:.2f}x' for r in ratios)} the floors around each run "
+              f"(median {statistics.median(ratios):.2f}x)", flush=True)
     if "apply" in arms:
         for warm in (True, False):
             settle(core)
