@@ -16,6 +16,7 @@ printed with its wall time and node CPU per pod (`cpuacct`).
   the runner).
 
 Wall time is to the last pod's end; CPU until the arm's pods are torn down (`SETTLE_SEC`).
+`--perf FILE` also prints each arm's CPU by program over that time (`bench/perfcomm.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from concurrent_trials import (
     namespace_name,
 )
 from cpuacct import format_spent, snapshot, spent
+from perfcomm import Recorder, by_program, format_by_program
 from warm import IMAGE
 
 SETTLE_SEC = 5.0
@@ -66,7 +68,8 @@ def pod_spec(arm: str) -> dict:
 
 
 def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout: float
-            ) -> tuple[float, dict[str, float]]:
+            ) -> tuple[float, dict[str, float], tuple[float, float]]:
+    """Wall time; node CPU (`cpuacct`); the window the CPU was counted in (monotonic)."""
     namespace = namespace_name("pc")
     make_namespace(core, namespace)
     if arm == "volumes":
@@ -136,7 +139,7 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
                 for p in core.list_namespaced_pod(namespace).items):
             time.sleep(0.5)  # the ended pods' stop is theirs
         time.sleep(SETTLE_SEC)
-        return wall, spent(cpu, snapshot())
+        return wall, spent(cpu, snapshot()), (began, time.monotonic())
     finally:
         core.delete_namespace(namespace)
 
@@ -147,6 +150,9 @@ def main() -> int:
     parser.add_argument("--parallelism", type=int, default=4)
     parser.add_argument("--arms", default="floor,spn,delete,exec,exec-spn,volumes")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--perf", metavar="FILE", type=Path,
+                        help="record the node with `perf` into FILE and print each arm's CPU "
+                             "by program inside its window (bench/perfcomm.py)")
     args = parser.parse_args()
     ensure_cluster()
     config.load_kube_config()
@@ -155,9 +161,22 @@ def main() -> int:
     for arm in args.arms.split(","):
         if arm not in ARMS:
             parser.error(f"unknown arm {arm} (of {', '.join(ARMS)})")
-        time.sleep(5)  # the last arm's pods torn down
-        wall, cpu = run_arm(core, arm, args.n, args.parallelism, args.timeout)
-        print(f"{arm:9s} {wall:5.1f} s  {format_spent(cpu, args.n)}")
+    recorder = Recorder(args.perf) if args.perf else None
+    if recorder:
+        recorder.start()
+    windows: list[tuple[str, tuple[float, float]]] = []
+    try:
+        for arm in args.arms.split(","):
+            time.sleep(5)  # the last arm's pods torn down
+            wall, cpu, window = run_arm(core, arm, args.n, args.parallelism, args.timeout)
+            windows.append((arm, window))
+            print(f"{arm:9s} {wall:5.1f} s  {format_spent(cpu, args.n)}", flush=True)
+    finally:
+        if recorder:
+            recorder.stop()
+    if recorder:
+        for arm, (began, ended) in windows:
+            print(f"{arm:9s} {format_by_program(by_program(args.perf, began, ended), args.n)}")
     return 0
 
 
