@@ -57,9 +57,13 @@ def by_program(path: Path, began: float, ended: float) -> Counter[str]:
     report = subprocess.run(
         ["perf", "report", "-q", "-n", "-i", str(path), "--time", f"{began:.6f},{ended:.6f}",
          "--sort", "comm", "--stdio"],
-        capture_output=True, text=True, check=True).stdout
+        capture_output=True, text=True)
+    if report.returncode != 0:
+        raise SystemExit(f"perf report of {path} failed (perf record needs root, and "
+                         f"kernel.perf_event_paranoid <= 1 otherwise): "
+                         f"{(report.stderr or report.stdout).strip()[-300:]}")
     seconds: Counter[str] = Counter()
-    for line in report.splitlines():
+    for line in report.stdout.splitlines():
         parts = line.split(None, 2)
         if len(parts) < 3 or not parts[1].isdigit():
             continue
