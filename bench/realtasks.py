@@ -215,7 +215,9 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
         if run.phase not in ("Completed", "Failed"):
             run.phase = f"{run.phase} (bench timeout, at {status.get('currentPhase')})"
         run.reward, run.rewards = status.get("reward"), status.get("rewards")
-        run.error = "; ".join(messages(trial))[:600]
+        error = "; ".join(messages(trial))
+        # a failure's cause is often at the end (a service's log tail): keep both ends
+        run.error = error if len(error) <= 600 else f"{error[:200]} … {error[-400:]}"
         logs = cluster.logs(ns, trial).splitlines()
         # The runner's line about processes it ended is in the agent's log, which a long
         # verifier log would push out of the tail kept.
