@@ -24,6 +24,7 @@ from pathlib import Path
 from imagebuilds import _go_build
 from images import Image, _busybox_rootfs, ensure_imported
 from layout import Layout
+from webstandins import ADDRESS, HOSTS
 
 COREDNS_VERSION = "v1.14.7"  # keep in step with coredns/go.mod
 DNS_SERVICE_IP = "10.96.0.10"
@@ -38,6 +39,10 @@ COREFILE = f"""\
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
+    }}
+    hosts {{
+        {" ".join([ADDRESS, *HOSTS])}
+        fallthrough
     }}
     forward . /etc/resolv.conf
     cache 30

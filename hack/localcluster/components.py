@@ -26,6 +26,7 @@ from layout import (
 from mirrors import containerd_settings as containerd_mirror_settings
 from mirrors import write_hosts as write_mirror_hosts
 from pki import kubeconfig
+from webstandins import argv as web_stand_ins_argv
 
 APISERVER_URL = f"https://127.0.0.1:{APISERVER_PORT}"
 
@@ -222,6 +223,8 @@ def components(layout: Layout) -> list[Component]:
         # The image registry and BuildKit for ImageBuild Jobs (see imagebuilds.py).
         Component("registry", registry_argv(layout)),
         Component("buildkitd", buildkitd_argv(layout)),
+        # astral.sh's installer, for pods only (see webstandins.py).
+        Component("web-stand-ins", web_stand_ins_argv(layout.pki, layout.cache)),
     ]
 
 

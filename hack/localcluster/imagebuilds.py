@@ -41,7 +41,7 @@ import buildnet
 from images import Image, _busybox_rootfs, build_archive, ensure_imported
 from kuberouter import BuildError
 from layout import HERE, IMAGE_DEBIAN, Layout
-from pki import buildkit_pki, ensure_buildkit_pki
+from pki import buildkit_pki, ensure_buildkit_pki, web_stand_in_pki
 
 BUILDKIT_VERSION = "v0.34.2"  # keep in step with buildkit/go.mod
 REGISTRY_VERSION = "v3.1.2"  # keep in step with registry/go.mod
@@ -63,6 +63,7 @@ MIRRORS = {
 }
 ECR_LIBRARY = "public.ecr.aws/docker/library/"
 STAND_IN_LABEL = "dev.shipyard.stand-in"
+WEB_CA_NAME = "shipyard-localcluster-web-stand-ins.crt"
 BASE_REPO = f"{REGISTRY}/shipyard/debian-base:bookworm"
 # The host's trust store goes into the stand-ins, so that RUN steps reach PyPI and HTTPS hosts
 # from behind the same TLS-intercepting proxy as the host (as on this project's machines).
@@ -424,6 +425,11 @@ def ensure_seeds(layout: Layout) -> list[str]:
         pushed.append(BASE_REPO)
     trust = HOST_CA_BUNDLE.read_bytes() if HOST_CA_BUNDLE.exists() else b""
     extra = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    # The web stand-ins' CA (webstandins.py): trusted in the stand-ins only, not on the host.
+    web_ca = web_stand_in_pki(layout.pki) / "ca.crt"
+    if web_ca.exists():
+        trust = trust.rstrip(b"\n") + b"\n" + web_ca.read_bytes()
+        extra.append(web_ca)
     for name, (dockerfile, tags) in STAND_INS.items():
         # A marker tag per content: a changed Dockerfile or host trust store rebuilds.
         content = hashlib.sha256(dockerfile.encode() + trust + b"".join(
@@ -446,7 +452,8 @@ def ensure_seeds(layout: Layout) -> list[str]:
             Path(tmp, "ca-certificates.crt").write_bytes(trust)
             Path(tmp, "host-ca").mkdir()
             for cert in extra:
-                shutil.copy2(cert, Path(tmp, "host-ca", cert.name))
+                shutil.copy2(cert, Path(tmp, "host-ca", WEB_CA_NAME if cert == web_ca
+                                        else cert.name))
             names = ",".join(f"{REGISTRY}/{t}" for t in tags)
             result = subprocess.run(
                 [buildctl(layout), "--addr", f"unix://{buildkit_sock(layout)}", "build",

@@ -406,6 +406,7 @@ def up() -> int:
         wait_until(layout, "kube-router", pids, kube_router_healthy, 60)
     with t.stage("registry, buildkitd"):
         start_builds(layout, procs, pids)
+        start(layout, "web-stand-ins", procs["web-stand-ins"].argv, pids)
     with t.stage("default ServiceAccount"):
         wait_until(
             layout, "kube-controller-manager", pids, lambda: default_service_account(layout), 60

@@ -6,6 +6,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import webstandins
 from layout import FIRST_SERVICE_IP
 
 SERVER_NAMES = [
@@ -59,6 +60,7 @@ def ensure_pki(pki: Path) -> None:
     for cert in CERTS:
         if not (pki / f"{cert.name}.crt").exists() or _lacks_server_names(pki, cert):
             _issue(pki, cert)
+    ensure_web_stand_in_pki(pki, list(webstandins.HOSTS), [webstandins.ADDRESS])
 
 
 # buildkitd's mTLS: a CA of its own, so that no cluster certificate (admin, kubelet, ...) is a
@@ -94,6 +96,31 @@ def ensure_buildkit_pki(pki: Path) -> Path:
     for src, dst in (("ca.crt", "ca.crt"), ("client.crt", "tls.crt"), ("client.key", "tls.key")):
         (client / dst).write_bytes((d / src).read_bytes())
         (client / dst).chmod(0o600)
+    return d
+
+
+def web_stand_in_pki(pki: Path) -> Path:
+    return pki / "web-stand-ins"
+
+
+WEB_STAND_IN_CERT = Cert("server", "/CN=shipyard-web-stand-ins", server=True, client=False)
+
+
+def ensure_web_stand_in_pki(pki: Path, names: list[str], ips: list[str]) -> Path:
+    """A CA of its own for the web stand-ins (webstandins.py), trusted by the base image
+    stand-ins only, and its serving certificate for `names`; the dir."""
+    d = web_stand_in_pki(pki)
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "ca.crt").exists():
+        _openssl("genrsa", "-out", "ca.key", "2048", cwd=d)
+        _openssl(
+            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
+            "-subj", "/CN=shipyard-localcluster-web-stand-ins-ca", "-out", "ca.crt", cwd=d,
+        )
+    wanted = ",".join([*names, *ips])
+    if not (d / "server.crt").exists() or (d / "names").read_text() != wanted:
+        _issue(d, WEB_STAND_IN_CERT, names, ips)
+        (d / "names").write_text(wanted)
     return d
 
 

@@ -18,6 +18,7 @@ from tests.e2e.conftest import (
     lease_env,
     task_files,
 )
+from tests.e2e.test_build_network import WEB_STAND_IN
 from tests.e2e.test_cli import ok, shipyard_cli
 from tests.e2e.test_image_builds import condition_any, simple_task, wait_images
 
@@ -126,6 +127,61 @@ def test_a_prebuilt_ubuntu_image_is_pulled_through_the_registry_mirror(shipyard)
     oracle = shipyard.wait("ubuntu-oracle", timeout=300)
     assert oracle["status"].get("reward") == 1, brief(oracle["status"])
     nop = shipyard.wait("ubuntu-nop", timeout=300)
+    assert nop["status"].get("reward") == 0, brief(nop["status"])
+
+
+# ---------------------------------------------------------------- astral.sh's installer
+
+UV_TEST = """#!/bin/bash
+apt-get update -qq
+apt-get install -y -qq curl >/dev/null
+curl -LsSf https://astral.sh/uv/0.9.7/install.sh | sh
+source $HOME/.local/bin/env
+uvx --with pytest==8.4.1 pytest /tests/test_state.py -rA
+if [ $? -eq 0 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+PROBE = f"""for port in 443 6443 10250 20244; do
+  if timeout 5 bash -c "exec 3<>/dev/tcp/{WEB_STAND_IN}/$port" 2>/dev/null; then
+    [ $port = 443 ] && echo "{WEB_STAND_IN}:$port reached" || echo "{WEB_STAND_IN}:$port REACHED"
+  else echo "{WEB_STAND_IN}:$port refused"; fi
+done
+"""
+UV_STATE = """from pathlib import Path
+
+
+def test_hello():
+    assert Path("/app/hello.txt").read_text().strip() == "Hello, world!"
+"""
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_tests_that_install_uv_from_astral_sh_score_oracle_1_and_nop_0(shipyard):
+    """Most public tasks' tests start with `curl https://astral.sh/uv/<v>/install.sh | sh`:
+    the local cluster's stand-in (hack/localcluster/webstandins.py) answers it for pods."""
+    files = {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
+                     'timeout_sec = 400\n[environment]\nbuild_timeout_sec = 300\n',
+        "instruction.md": "Write 'Hello, world!' to /app/hello.txt.\n",
+        "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\n",
+        "solution/solve.sh": "#!/bin/bash\necho 'Hello, world!' > /app/hello.txt\n" + PROBE,
+        "tests/test.sh": UV_TEST,
+        "tests/test_state.py": UV_STATE,
+    }
+    shipyard.task("uv-task", files)
+    shipyard.trial("uv-oracle", "uv-task")
+    shipyard.trial("uv-nop", "uv-task", agent={"name": "nop"})
+    oracle = shipyard.wait("uv-oracle", timeout=600)
+    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    log = shipyard.core.read_namespaced_config_map(
+        oracle["status"]["logsConfigMap"], shipyard.namespace).data or {}
+    verifier = "\n".join(v for k, v in log.items() if "verifier" in k)
+    assert "local stand-in for astral.sh" in verifier and "1 passed" in verifier, verifier
+    # The stand-in's address is the host's: only its 443 answers (not the apiserver, the
+    # kubelet or kube-router's health port, which listen on every address of the host).
+    agent = "\n".join(v for k, v in log.items() if "agent" in k)
+    assert all(f"{WEB_STAND_IN}:{p} refused" in agent for p in (6443, 10250, 20244)), agent
+    assert f"{WEB_STAND_IN}:443 reached" in agent and "REACHED" not in agent, agent
+    nop = shipyard.wait("uv-nop", timeout=600)
     assert nop["status"].get("reward") == 0, brief(nop["status"])
 
 

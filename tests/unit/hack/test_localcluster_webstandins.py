@@ -1,0 +1,45 @@
+"""The local cluster's stand-in for astral.sh (hack/localcluster/webstandins.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
+
+import clusterdns  # noqa: E402
+import webstandins  # noqa: E402
+from layout import POD_CIDR, SERVICE_CIDR  # noqa: E402
+
+
+def test_its_address_is_outside_the_clusters_ranges_and_answers_on_443_only():
+    address = ipaddress.ip_address(webstandins.ADDRESS)
+    assert address in ipaddress.ip_network("198.18.0.0/15")  # benchmarking, never routed
+    assert all(address not in ipaddress.ip_network(c) for c in (POD_CIDR, SERVICE_CIDR))
+    rules = webstandins.NFT_RULESET
+    assert f"ip daddr {webstandins.ADDRESS} tcp dport 443 accept" in rules
+    assert f"ip daddr {webstandins.ADDRESS} reject" in rules
+    assert rules.index("tcp dport 443 accept") < rules.index("reject")
+    assert rules.startswith(f"table inet {webstandins.NFT_TABLE}\ndelete table")  # idempotent
+
+
+def test_pods_name_it_through_the_cluster_dns():
+    assert f"{webstandins.ADDRESS} astral.sh" in clusterdns.COREFILE
+    hosts = clusterdns.COREFILE.index("hosts {")
+    assert "fallthrough" in clusterdns.COREFILE[hosts:clusterdns.COREFILE.index("forward")]
+
+
+def test_the_installer_is_a_stand_in_that_says_so_and_nothing_else_is_served(tmp_path):
+    status, body, _ = webstandins.answer("/uv/0.8.15/install.sh", tmp_path)
+    script = body.decode()
+    assert status == 200 and script.startswith("#!/bin/sh\n")
+    assert "https://astral.sh/shipyard-stand-in/uv/0.8.15/$tool" in script
+    assert "stand-in for astral.sh" in script and '$HOME/.local/bin' in script
+    assert webstandins.answer("/uv/install.sh", tmp_path)[1] == webstandins.answer(
+        f"/uv/{webstandins.UV_LATEST}/install.sh", tmp_path)[1]
+    for path in ("/", "/uv/latest/install.sh", "/uv/0.9.7/../../etc/passwd",
+                 "/shipyard-stand-in/uv/0.9.7/sh"):
+        assert webstandins.answer(path, tmp_path)[0] == 404, path
+    assert not list(tmp_path.iterdir())  # nothing fetched for a refused path
