@@ -35,6 +35,7 @@ import clusterdns
 import kueue
 import mirrors
 import operator_defaults
+import webstandins
 from components import APISERVER_URL, components, log_path, write_configs
 from imagebuilds import (
     buildkitd_config_current,
@@ -652,6 +653,9 @@ def down_quietly(layout: Layout) -> None:
     for name in ("buildkitd", "registry"):
         if name in pids:
             stop_pid(pids.pop(name), 10)
+    if "web-stand-ins" in pids:
+        stop_pid(pids.pop("web-stand-ins"), 5)
+    webstandins.remove_address()
     buildnet.cleanup()
     if "kube-router" in pids:
         stop_pid(pids.pop("kube-router"), 5)
