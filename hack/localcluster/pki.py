@@ -47,13 +47,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 def ensure_pki(pki: Path) -> None:
     """Create the CA, service-account keys and every certificate that is missing."""
-    pki.mkdir(parents=True, exist_ok=True)
-    if not (pki / "ca.crt").exists():
-        _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
-        _openssl(
-            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
-            "-subj", "/CN=shipyard-localcluster-ca", "-out", "ca.crt", cwd=pki,
-        )
+    _ensure_ca(pki, "/CN=shipyard-localcluster-ca")
     if not (pki / "sa.key").exists():
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
@@ -61,6 +55,17 @@ def ensure_pki(pki: Path) -> None:
         if not (pki / f"{cert.name}.crt").exists() or _lacks_server_names(pki, cert):
             _issue(pki, cert)
     ensure_web_stand_in_pki(pki, list(webstandins.HOSTS), [webstandins.ADDRESS])
+
+
+def _ensure_ca(d: Path, subject: str) -> None:
+    """A CA of its own in `d` (ca.key, ca.crt), unless there is one."""
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "ca.crt").exists():
+        _openssl("genrsa", "-out", "ca.key", "2048", cwd=d)
+        _openssl(
+            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
+            "-subj", subject, "-out", "ca.crt", cwd=d,
+        )
 
 
 # buildkitd's mTLS: a CA of its own, so that no cluster certificate (admin, kubelet, ...) is a
@@ -80,13 +85,7 @@ def buildkit_pki(pki: Path) -> Path:
 def ensure_buildkit_pki(pki: Path) -> Path:
     """buildkitd's CA, serving certificate and the build Jobs' client certificate; the dir."""
     d = buildkit_pki(pki)
-    d.mkdir(parents=True, exist_ok=True)
-    if not (d / "ca.crt").exists():
-        _openssl("genrsa", "-out", "ca.key", "2048", cwd=d)
-        _openssl(
-            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
-            "-subj", "/CN=shipyard-localcluster-buildkit-ca", "-out", "ca.crt", cwd=d,
-        )
+    _ensure_ca(d, "/CN=shipyard-localcluster-buildkit-ca")
     for cert in BUILDKIT_CERTS:
         if not (d / f"{cert.name}.crt").exists():
             _issue(d, cert, BUILDKIT_SERVER_NAMES, ["127.0.0.1"])
@@ -110,17 +109,12 @@ def ensure_web_stand_in_pki(pki: Path, names: list[str], ips: list[str]) -> Path
     """A CA of its own for the web stand-ins (webstandins.py), trusted by the base image
     stand-ins only, and its serving certificate for `names`; the dir."""
     d = web_stand_in_pki(pki)
-    d.mkdir(parents=True, exist_ok=True)
-    if not (d / "ca.crt").exists():
-        _openssl("genrsa", "-out", "ca.key", "2048", cwd=d)
-        _openssl(
-            "req", "-x509", "-new", "-nodes", "-key", "ca.key", "-sha256", "-days", "3650",
-            "-subj", "/CN=shipyard-localcluster-web-stand-ins-ca", "-out", "ca.crt", cwd=d,
-        )
+    _ensure_ca(d, "/CN=shipyard-localcluster-web-stand-ins-ca")
     wanted = ",".join([*names, *ips])
-    if not (d / "server.crt").exists() or (d / "names").read_text() != wanted:
+    issued = d / "names"
+    if not (d / "server.crt").exists() or not issued.exists() or issued.read_text() != wanted:
         _issue(d, WEB_STAND_IN_CERT, names, ips)
-        (d / "names").write_text(wanted)
+        issued.write_text(wanted)
     return d
 
 

@@ -43,3 +43,24 @@ def test_the_installer_is_a_stand_in_that_says_so_and_nothing_else_is_served(tmp
                  "/shipyard-stand-in/uv/0.9.7/sh"):
         assert webstandins.answer(path, tmp_path)[0] == 404, path
     assert not list(tmp_path.iterdir())  # nothing fetched for a refused path
+
+
+def test_a_fresh_pki_has_each_ca_and_a_serving_certificate_for_the_stand_in(tmp_path):
+    import subprocess
+
+    import pki
+
+    pki.ensure_pki(tmp_path)
+    pki.ensure_buildkit_pki(tmp_path)
+    web = pki.web_stand_in_pki(tmp_path)
+    for ca in (tmp_path, pki.buildkit_pki(tmp_path), web):
+        assert (ca / "ca.crt").exists() and (ca / "ca.key").exists(), ca
+    verified = subprocess.run(["openssl", "verify", "-CAfile", str(web / "ca.crt"),
+                               str(web / "server.crt")], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
+                            str(web / "server.crt")], capture_output=True, text=True).stdout
+    assert "DNS:astral.sh" in names and f"IP Address:{webstandins.ADDRESS}" in names, names
+    before = (web / "server.crt").read_bytes()
+    pki.ensure_pki(tmp_path)  # nothing to do the second time
+    assert (web / "server.crt").read_bytes() == before
