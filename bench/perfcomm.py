@@ -5,8 +5,9 @@ whole machine (sampling every CPU at 499 Hz, timestamps on CLOCK_MONOTONIC so th
 `runc init`, the CNI plugins, iptables) and what runs in pods (the runner, the task's `sh`),
 and it counts only the window, not an arm's setup or teardown. Needs `perf` and root.
 
-    recorder = Recorder(path); recorder.start(); ...; recorder.stop()
-    print(format_by_program(by_program(path, began, ended), items))
+    with recording(path):  # path None: nothing recorded
+        ...  # each arm appends (name, (began, ended)) to windows
+    print_windows(path, windows, items)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import shutil
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HZ = 499
@@ -80,3 +83,23 @@ def format_by_program(seconds: Counter[str], items: int, top: int = 12) -> str:
     parts = ", ".join(f"{name} {s / items:.3f}" for name, s in seconds.most_common(top))
     return (f"perf: {busy / items:.2f} CPU s per item of {items}: {parts}; "
             f"idle {idle / items:.2f}")
+
+
+@contextmanager
+def recording(path: Path | None) -> Iterator[None]:
+    """The node recorded into `path` while the block runs (nothing when `path` is None)."""
+    recorder = Recorder(path) if path else None
+    if recorder:
+        recorder.start()
+    try:
+        yield
+    finally:
+        if recorder:
+            recorder.stop()
+
+
+def print_windows(path: Path | None, windows: list[tuple[str, tuple[float, float]]],
+                  items: int) -> None:
+    """One line per arm: its CPU by program inside its window (nothing when `path` is None)."""
+    for name, (began, ended) in windows if path else ():
+        print(f"{name}, {format_by_program(by_program(path, began, ended), items)}")

@@ -39,7 +39,7 @@ from concurrent_trials import (
     namespace_name,
 )
 from cpuacct import format_spent, snapshot, spent
-from perfcomm import Recorder, by_program, format_by_program
+from perfcomm import print_windows, recording
 from warm import IMAGE
 
 SETTLE_SEC = 5.0
@@ -161,22 +161,14 @@ def main() -> int:
     for arm in args.arms.split(","):
         if arm not in ARMS:
             parser.error(f"unknown arm {arm} (of {', '.join(ARMS)})")
-    recorder = Recorder(args.perf) if args.perf else None
-    if recorder:
-        recorder.start()
     windows: list[tuple[str, tuple[float, float]]] = []
-    try:
+    with recording(args.perf):
         for arm in args.arms.split(","):
             time.sleep(5)  # the last arm's pods torn down
             wall, cpu, window = run_arm(core, arm, args.n, args.parallelism, args.timeout)
             windows.append((arm, window))
             print(f"{arm:9s} {wall:5.1f} s  {format_spent(cpu, args.n)}", flush=True)
-    finally:
-        if recorder:
-            recorder.stop()
-    if recorder:
-        for arm, (began, ended) in windows:
-            print(f"{arm:9s} {format_by_program(by_program(args.perf, began, ended), args.n)}")
+    print_windows(args.perf, windows, args.n)
     return 0
 
 

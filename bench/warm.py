@@ -57,7 +57,7 @@ from concurrent_trials import (  # noqa: E402
     wait_ready,
 )
 from cpuacct import format_spent, snapshot, spent  # noqa: E402
-from perfcomm import Recorder, by_program, format_by_program  # noqa: E402
+from perfcomm import print_windows, recording  # noqa: E402
 
 IMAGE = "debian:bookworm"
 """The trivial task's image and the floor's (`--image`): a registry's (the local cluster's
@@ -237,18 +237,10 @@ def main() -> int:
     config.load_kube_config(kubeconfig)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     out: dict[str, float] = {}
-    recorder = Recorder(args.perf) if args.perf else None
-    if recorder:
-        recorder.start()
     windows: list[tuple[str, Window]] = []
-    try:
+    with recording(args.perf):
         run_arms(args, arms, kubeconfig, core, custom, out, windows)
-    finally:
-        if recorder:
-            recorder.stop()
-    if recorder:
-        for name, (began, ended) in windows:
-            print(f"{name}, {format_by_program(by_program(args.perf, began, ended), args.n)}")
+    print_windows(args.perf, windows, args.n)
     return 0
 
 
