@@ -12,6 +12,9 @@ printed with its wall time and node CPU per pod (`cpuacct`).
 - exec-spn: `exec` with `shareProcessNamespace` (a trial pod as made until round 3);
 - exec-end: `exec-spn` whose exec then ends the pod's `sleep` (the pod ends by itself and, as
   the floor's, is deleted after the arm);
+- attach-spn: `exec-spn` without the exec: the pod's own `sh` waits on its stdin, which one
+  attach (the API's `attach`: no process started in the container) writes a line to; the
+  work's output comes back over the attach, then the pod is deleted;
 - volumes: `exec` with an emptyDir and a projected ConfigMap volume (as a trial pod mounts
   the runner).
 
@@ -45,7 +48,8 @@ from warm import IMAGE
 SETTLE_SEC = 5.0
 """CPU is counted until this long after the last pod ended (deleted pods: after they are gone),
 so that each arm's teardown is in it."""
-ARMS = ("floor", "spn", "delete", "exec", "exec2", "exec-spn", "exec-end", "volumes")
+ARMS = ("floor", "spn", "delete", "exec", "exec2", "exec-spn", "exec-end", "attach-spn",
+        "volumes")
 
 
 def pod_spec(arm: str) -> dict:
@@ -53,10 +57,13 @@ def pod_spec(arm: str) -> dict:
     container: dict = {"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
                        "command": ["sleep", "infinity"] if execs
                        else ["/bin/sh", "-c", FLOOR_WORK]}
+    if arm == "attach-spn":
+        container.update(stdin=True, command=[
+            "/bin/sh", "-c", f"read -r go; {FLOOR_WORK}; exec sleep infinity"])
     spec: dict = {"restartPolicy": "Never", "automountServiceAccountToken": False,
                   "enableServiceLinks": False, "terminationGracePeriodSeconds": 0,
                   "containers": [container]}
-    if arm in ("spn", "exec-spn", "exec-end"):
+    if arm in ("spn", "exec-spn", "exec-end", "attach-spn"):
         spec["shareProcessNamespace"] = True
     if arm == "volumes":
         spec["volumes"] = [{"name": "work", "emptyDir": {}},
@@ -67,6 +74,22 @@ def pod_spec(arm: str) -> dict:
     return spec
 
 
+def attach_once(core: client.CoreV1Api, name: str, namespace: str, timeout: float) -> bool:
+    """Attach to the pod's `main`, write the line its `sh` waits for, read the work's answer."""
+    session = stream(core.connect_get_namespaced_pod_attach, name, namespace, container="main",
+                     stdin=True, stdout=True, stderr=False, tty=False,
+                     _preload_content=False)
+    try:
+        session.write_stdin("go\n")
+        out, deadline = "", time.monotonic() + timeout
+        while "1" not in out and session.is_open() and time.monotonic() < deadline:
+            session.update(timeout=1)
+            out += session.read_stdout() if session.peek_stdout() else ""
+        return out.strip() == "1"
+    finally:
+        session.close()
+
+
 def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout: float
             ) -> tuple[float, dict[str, float], tuple[float, float]]:
     """Wall time; node CPU (`cpuacct`); the window the CPU was counted in (monotonic)."""
@@ -75,7 +98,8 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
     if arm == "volumes":
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "podcost"},
                                                       "data": {"file": "x" * 4096}})
-    execs = 2 if arm == "exec2" else 1 if arm.startswith("exec") or arm == "volumes" else 0
+    execs = (2 if arm == "exec2" else
+             1 if arm.startswith(("exec", "attach")) or arm == "volumes" else 0)
     deletes = (execs > 0 and arm != "exec-end") or arm == "delete"
     done: dict[str, tuple[float, bool]] = {}
     running: dict[str, threading.Event] = {f"p{i:04d}": threading.Event() for i in range(n)}
@@ -105,7 +129,9 @@ def run_arm(core: client.CoreV1Api, arm: str, n: int, parallelism: int, timeout:
         ok = running[name].wait(timeout)
         execing = client.CoreV1Api(client.ApiClient())  # `stream` takes its client over
         script = FLOOR_WORK + ("; kill -TERM -1" if arm == "exec-end" else "")
-        for _ in range(execs if ok else 0):
+        if arm == "attach-spn" and ok:
+            ok = attach_once(execing, name, namespace, timeout)
+        for _ in range(execs if ok and arm != "attach-spn" else 0):
             out = stream(execing.connect_get_namespaced_pod_exec, name, namespace,
                          command=["/bin/sh", "-c", script], stderr=True, stdin=False,
                          stdout=True, tty=False)

@@ -16,6 +16,9 @@ see the packet:
   bridge is dropped in ip6tables' raw PREROUTING (bridged frames reach it through br_netfilter,
   which `apply` keeps on). So one task's `RUN` step cannot talk to a concurrent build's.
 
+One exception comes first: the stand-in for astral.sh (`webstandins.ADDRESS`, a host address),
+on TCP 443 only, which builds name through the operator's SHIPYARD_BUILD_ADD_HOSTS.
+
 What remains is the outside world: DNS servers, package archives, registries, proxies.
 `RUN --network=host` needs the `network.host` entitlement, which this buildkitd does not grant.
 
@@ -39,6 +42,7 @@ import subprocess
 from pathlib import Path
 
 from layout import POD_CIDR, SERVICE_CIDR, Layout
+from webstandins import ADDRESS as WEB_STAND_IN
 
 BUILD_BRIDGE = "shipyard-bk0"
 BUILD_CIDR = "10.89.0.0/16"
@@ -86,10 +90,12 @@ def write_config(layout: Layout) -> None:
 
 
 def rules() -> list[list[str]]:
-    """The chain's rules, in order (arguments after `-A CHAIN`)."""
+    """The chain's rules, in order (arguments after `-A CHAIN`, as `iptables -S` prints them)."""
+    stand_in = ["-d", f"{WEB_STAND_IN}/32", "-p", "tcp", "-m", "tcp", "--dport", "443"]
     drops = [["-m", "addrtype", "--dst-type", "LOCAL"]]
     drops += [["-d", cidr] for cidr in (*BLOCKED_CIDRS, BUILD_CIDR)]
-    return [[*match, "-m", "comment", "--comment", COMMENT, "-j", "DROP"] for match in drops]
+    return [[*stand_in, "-m", "comment", "--comment", COMMENT, "-j", "ACCEPT"],
+            *([*match, "-m", "comment", "--comment", COMMENT, "-j", "DROP"] for match in drops)]
 
 
 def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess:

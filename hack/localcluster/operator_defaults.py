@@ -14,6 +14,8 @@ from imagebuilds import BUILDKIT_ADDR, IMAGE_BUILDCTL, MIRRORS, REGISTRY, client
 from layout import IMAGE_BUSYBOX, POD_CIDR, Layout
 from runner_image import files_dir
 from runner_image import reference as runner_reference
+from webstandins import ADDRESS as WEB_STAND_IN
+from webstandins import HOSTS as WEB_STAND_IN_HOSTS
 
 NAMESPACE, NAME = "kube-public", "shipyard-localcluster"
 
@@ -26,6 +28,8 @@ DEFAULTS = {
     "SHIPYARD_BUILDKIT_TLS_DIR": str(client_tls_dir(Layout.default())),
     "SHIPYARD_BUILDER_IMAGE": IMAGE_BUILDCTL,
     "SHIPYARD_BUILD_HOST_NETWORK": "1",
+    # `RUN curl https://astral.sh/...` reaches the stand-in (webstandins.py, buildnet.rules).
+    "SHIPYARD_BUILD_ADD_HOSTS": ",".join(f"{h}={WEB_STAND_IN}" for h in WEB_STAND_IN_HOSTS),
     "SHIPYARD_PROBE_IMAGE": IMAGE_BUSYBOX,
     # The static Go runner of this checkout (runner_image.py), imported by `up`.
     "SHIPYARD_RUNNER_IMAGE": runner_reference(),

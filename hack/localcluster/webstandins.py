@@ -7,8 +7,10 @@ most Harbor tasks' tests pipe to `sh` before `uvx pytest`.
   (198.18.0.0/15): outside the cluster's own ranges, so a trial pod reaches it as it would the
   internet, under the `public` network mode only (the operator's policies refuse the host's
   and the cluster's addresses, and `no-network` everything).
-- The cluster DNS names it (`clusterdns.COREFILE`: `hosts`), so only pods see it; the host and
-  image builds do not.
+- The cluster DNS names it (`clusterdns.COREFILE`: `hosts`) for pods, and image builds get it
+  in their `RUN` steps' /etc/hosts (the operator's SHIPYARD_BUILD_ADD_HOSTS,
+  `operator_defaults.py`; `buildnet.rules` lets the build network reach ADDRESS:443 only); the
+  host does not.
 - Its certificate is issued by a CA of its own (`pki.ensure_web_stand_in_pki`), which the base
   image stand-ins trust (`imagebuilds.ensure_seeds`): a `curl https://astral.sh/...` in a task
   built on a stand-in verifies as it would upstream.
@@ -45,7 +47,7 @@ INSTALLER = """\
 # Shipyard's local cluster: a stand-in for uv's installer at astral.sh (this machine has no
 # internet beyond the package registries). It installs uv {version} from uv's wheel on PyPI.
 set -eu
-dest="${{UV_INSTALL_DIR:-${{XDG_BIN_HOME:-$HOME/.local/bin}}}}"
+dest="${{UV_UNMANAGED_INSTALL:-${{UV_INSTALL_DIR:-${{XDG_BIN_HOME:-$HOME/.local/bin}}}}}}"
 mkdir -p "$dest"
 fetch() {{
   if command -v curl >/dev/null 2>&1; then curl -fsSL "$1" -o "$2"
@@ -55,7 +57,7 @@ for tool in uv uvx; do
   fetch "https://astral.sh/shipyard-stand-in/uv/{version}/$tool" "$dest/$tool"
   chmod 755 "$dest/$tool"
 done
-cat > "$dest/env" <<EOF
+[ -n "${{UV_UNMANAGED_INSTALL:-}}" ] || cat > "$dest/env" <<EOF
 #!/bin/sh
 case ":\\${{PATH}}:" in
   *:"$dest":*) ;;

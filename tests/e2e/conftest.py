@@ -245,9 +245,11 @@ def build_env(local: bool) -> dict[str, str]:
     cluster = cluster_defaults()
     defaults = {**LOCAL_BUILD_ENV, "SHIPYARD_RUNNER_IMAGE": image,
                 "SHIPYARD_RUNNER_FILES": files,
-                # Where a prebuilt image's ENTRYPOINT is read (the nodes' mirrors).
+                # Where a prebuilt image's ENTRYPOINT is read (the nodes' mirrors); the
+                # stand-in for astral.sh in builds.
                 **{k: cluster[k] for k in ("SHIPYARD_REGISTRY_MIRRORS",
-                                           "SHIPYARD_REGISTRY_INSECURE_HOSTS")}}
+                                           "SHIPYARD_REGISTRY_INSECURE_HOSTS",
+                                           "SHIPYARD_BUILD_ADD_HOSTS")}}
     return {k: os.environ.get(k, v) for k, v in defaults.items()}
 
 

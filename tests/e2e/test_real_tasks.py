@@ -158,20 +158,8 @@ def test_hello():
 def test_tests_that_install_uv_from_astral_sh_score_oracle_1_and_nop_0(shipyard):
     """Most public tasks' tests start with `curl https://astral.sh/uv/<v>/install.sh | sh`:
     the local cluster's stand-in (hack/localcluster/webstandins.py) answers it for pods."""
-    files = {
-        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
-                     'timeout_sec = 400\n[environment]\nbuild_timeout_sec = 300\n',
-        "instruction.md": "Write 'Hello, world!' to /app/hello.txt.\n",
-        "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\n",
-        "solution/solve.sh": "#!/bin/bash\necho 'Hello, world!' > /app/hello.txt\n" + PROBE,
-        "tests/test.sh": UV_TEST,
-        "tests/test_state.py": UV_STATE,
-    }
-    shipyard.task("uv-task", files)
-    shipyard.trial("uv-oracle", "uv-task")
-    shipyard.trial("uv-nop", "uv-task", agent={"name": "nop"})
-    oracle = shipyard.wait("uv-oracle", timeout=600)
-    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    shipyard.task("uv-task", uv_task("FROM ubuntu:24.04\nWORKDIR /app\n", UV_TEST, PROBE))
+    oracle, nop = oracle_and_nop(shipyard, "uv-task")
     log = shipyard.core.read_namespaced_config_map(
         oracle["status"]["logsConfigMap"], shipyard.namespace).data or {}
     verifier = "\n".join(v for k, v in log.items() if "verifier" in k)
@@ -181,7 +169,52 @@ def test_tests_that_install_uv_from_astral_sh_score_oracle_1_and_nop_0(shipyard)
     agent = "\n".join(v for k, v in log.items() if "agent" in k)
     assert all(f"{WEB_STAND_IN}:{p} refused" in agent for p in (6443, 10250, 20244)), agent
     assert f"{WEB_STAND_IN}:443 reached" in agent and "REACHED" not in agent, agent
-    nop = shipyard.wait("uv-nop", timeout=600)
+    assert nop["status"].get("reward") == 0, brief(nop["status"])
+
+
+def uv_task(dockerfile: str, test_sh: str, solution_extra: str = "") -> dict[str, str]:
+    """A task whose oracle writes /app/hello.txt and whose tests run pytest through `uvx`."""
+    return {
+        "task.toml": 'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
+                     'timeout_sec = 400\n[environment]\nbuild_timeout_sec = 400\n',
+        "instruction.md": "Write 'Hello, world!' to /app/hello.txt.\n",
+        "environment/Dockerfile": dockerfile,
+        "solution/solve.sh": "#!/bin/bash\necho 'Hello, world!' > /app/hello.txt\n"
+                             + solution_extra,
+        "tests/test.sh": test_sh,
+        "tests/test_state.py": UV_STATE,
+    }
+
+
+def oracle_and_nop(shipyard: Shipyard, task: str) -> tuple[dict, dict]:
+    """Both trials of the task, once done; the oracle's reward checked to be 1."""
+    shipyard.trial(f"{task}-oracle", task)
+    shipyard.trial(f"{task}-nop", task, agent={"name": "nop"})
+    oracle = shipyard.wait(f"{task}-oracle", timeout=900)
+    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    return oracle, shipyard.wait(f"{task}-nop", timeout=600)
+
+
+UV_IN_BUILD = """FROM ubuntu:24.04
+RUN echo {nonce} && apt-get update -qq && apt-get install -y -qq curl >/dev/null
+RUN curl -LsSf https://astral.sh/uv/0.9.7/install.sh | env UV_UNMANAGED_INSTALL=/usr/local/bin sh
+RUN for port in 6443 10250 5055; do \\
+      if timeout 5 bash -c "exec 3<>/dev/tcp/{address}/$port"; then \\
+        echo "{address}:$port REACHED from a build"; exit 1; fi; done
+WORKDIR /app
+"""
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_a_dockerfile_that_installs_uv_from_astral_sh_builds_and_scores(shipyard):
+    """`RUN curl -LsSf https://astral.sh/uv/<v>/install.sh | sh` in a Dockerfile: builds name
+    the stand-in through the operator's extra hosts (SHIPYARD_BUILD_ADD_HOSTS, which the local
+    cluster sets), and the build network reaches its 443 only, not the host's other ports."""
+    dockerfile = UV_IN_BUILD.format(nonce=uuid.uuid4().hex, address=WEB_STAND_IN)
+    test_sh = ("#!/bin/bash\nuvx --with pytest==8.4.1 pytest /tests/test_state.py -rA\n"
+               "if [ $? -eq 0 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    shipyard.task("uv-build", uv_task(dockerfile, test_sh))
+    _, nop = oracle_and_nop(shipyard, "uv-build")
     assert nop["status"].get("reward") == 0, brief(nop["status"])
 
 

@@ -9,6 +9,7 @@ identical contexts share one build. Roles: `environment`, `verifier`, `verifier.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class ImageSettings:
     insecure_hosts: frozenset[str] = frozenset()
     """Registries read over plain HTTP (SHIPYARD_REGISTRY_INSECURE_HOSTS; the build registry
     too when SHIPYARD_BUILD_REGISTRY_INSECURE)."""
+    add_hosts: tuple[tuple[str, str], ...] = ()
+    """(name, IP) lines added to /etc/hosts of every `RUN` step (SHIPYARD_BUILD_ADD_HOSTS,
+    `docker build --add-host`): e.g. an internal mirror that the build's DNS does not name."""
 
     def plain_http_hosts(self) -> frozenset[str]:
         if self.registry and self.insecure_registry:
@@ -100,6 +104,7 @@ class ImageSettings:
                                         "REGISTRY=MIRROR (e.g. docker.io=mirror.internal:5000)")
         defaults = cls()
         return cls(
+            add_hosts=parse_add_hosts(environ.get("SHIPYARD_BUILD_ADD_HOSTS", "")),
             backend=backend,  # type: ignore[arg-type]
             registry=registry,
             insecure_registry=_flag(environ.get("SHIPYARD_BUILD_REGISTRY_INSECURE")),
@@ -116,6 +121,30 @@ class ImageSettings:
             insecure_hosts=frozenset(h.strip() for h in environ.get(
                 "SHIPYARD_REGISTRY_INSECURE_HOSTS", "").split(",") if h.strip()),
         )
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+                       r"(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+def parse_add_hosts(value: str) -> tuple[tuple[str, str], ...]:
+    """`NAME=IP,NAME=IP` (SHIPYARD_BUILD_ADD_HOSTS) as (name, IP) pairs, names lower-cased."""
+    pairs = []
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        name, sep, ip = (part.strip() for part in item.partition("="))
+        name = name.lower()
+        if not sep or not _HOSTNAME.match(name):
+            raise ImageSettingError(f"SHIPYARD_BUILD_ADD_HOSTS: {item.strip()!r} is not "
+                                    "NAME=IP with a host name (e.g. mirror.internal=10.0.0.5)")
+        try:
+            ip = str(ipaddress.ip_address(ip))
+        except ValueError:
+            raise ImageSettingError(f"SHIPYARD_BUILD_ADD_HOSTS: {item.strip()!r}: {ip!r} is "
+                                    "not an IP address") from None
+        pairs.append((name, ip))
+    return tuple(pairs)
 
 
 def _flag(value: str | None) -> bool:

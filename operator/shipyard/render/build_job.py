@@ -127,6 +127,8 @@ def buildctl_argv(spec: ImageBuildSpec, settings: ImageSettings) -> list[str]:
         "--local", "context=/ctx", "--local", "dockerfile=/ctx",
         "--output", f"type=image,name={spec.ref},push=true{insecure}",
     ]
+    if settings.add_hosts:
+        argv += ["--opt", "add-hosts=" + ",".join(f"{n}={ip}" for n, ip in settings.add_hosts)]
     if spec.cache_ref:
         argv += ["--export-cache", f"type=registry,ref={spec.cache_ref},mode=max{insecure}",
                  "--import-cache", f"type=registry,ref={spec.cache_ref}{insecure}"]

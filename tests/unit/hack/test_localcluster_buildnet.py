@@ -11,11 +11,16 @@ sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
 
 import buildnet  # noqa: E402
 import imagebuilds  # noqa: E402
+import operator_defaults  # noqa: E402
+import webstandins  # noqa: E402
 from layout import POD_CIDR, SERVICE_CIDR, Layout  # noqa: E402
 
 
 def test_build_steps_are_dropped_towards_the_host_and_the_clusters_ranges():
-    drops = buildnet.rules()
+    accept, *drops = buildnet.rules()
+    # First, the stand-in for astral.sh on the host (webstandins.py), on 443 only.
+    assert accept[:8] == ["-d", f"{webstandins.ADDRESS}/32", "-p", "tcp", "-m", "tcp",
+                          "--dport", "443"] and accept[-2:] == ["-j", "ACCEPT"]
     assert all(r[-2:] == ["-j", "DROP"] for r in drops)
     assert drops[0][:4] == ["-m", "addrtype", "--dst-type", "LOCAL"]  # etcd, apiserver, ...
     targets = {r[1] for r in drops[1:]}
@@ -23,7 +28,12 @@ def test_build_steps_are_dropped_towards_the_host_and_the_clusters_ranges():
     assert targets == {POD_CIDR, SERVICE_CIDR, "169.254.0.0/16", buildnet.BUILD_CIDR}
     assert buildnet.BUILD_CIDR not in (POD_CIDR, SERVICE_CIDR)
     # As `iptables -S` prints them, so that `apply` changes nothing on an up-to-date chain.
-    assert all(" " not in arg for r in drops for arg in r)
+    assert all(" " not in arg for r in [accept, *drops] for arg in r)
+
+
+def test_builds_name_the_stand_in_through_the_operators_extra_hosts():
+    hosts = operator_defaults.DEFAULTS["SHIPYARD_BUILD_ADD_HOSTS"]
+    assert hosts == f"astral.sh={webstandins.ADDRESS}"
 
 
 def test_buildkitd_runs_steps_on_the_build_bridge_and_takes_only_tls_clients(tmp_path):

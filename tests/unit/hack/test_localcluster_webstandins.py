@@ -45,6 +45,31 @@ def test_the_installer_is_a_stand_in_that_says_so_and_nothing_else_is_served(tmp
     assert not list(tmp_path.iterdir())  # nothing fetched for a refused path
 
 
+def test_the_installer_puts_uv_where_uvs_own_installer_would(tmp_path):
+    """Run by dash with a `curl` that records what it fetched: the default folder with its
+    `env` file, UV_INSTALL_DIR, and UV_UNMANAGED_INSTALL (no `env` file, as upstream)."""
+    import os
+    import subprocess
+
+    script = tmp_path / "install.sh"
+    script.write_bytes(webstandins.answer("/uv/0.9.7/install.sh", tmp_path / "cache")[1])
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text('#!/bin/sh\nfor a; do last=$a; done\necho "$2" > "$last"\n')
+    (bin_dir / "curl").chmod(0o755)
+    home = tmp_path / "home"
+    cases = {(): home / ".local/bin", (("UV_INSTALL_DIR", str(tmp_path / "d")),): tmp_path / "d",
+             (("UV_UNMANAGED_INSTALL", str(tmp_path / "u")),): tmp_path / "u"}
+    for extra, dest in cases.items():
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), **dict(extra)}
+        done = subprocess.run(["dash", str(script)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert (dest / "uv").read_text().strip() == (
+            "https://astral.sh/shipyard-stand-in/uv/0.9.7/uv")
+        assert os.access(dest / "uvx", os.X_OK)
+        assert (dest / "env").exists() == ("UV_UNMANAGED_INSTALL" not in dict(extra)), dest
+
+
 def test_a_fresh_pki_has_each_ca_and_a_serving_certificate_for_the_stand_in(tmp_path):
     import subprocess
 

@@ -105,6 +105,18 @@ def test_settings_from_env():
         ImageSettings.from_env({"SHIPYARD_BUILD_BACKEND": "kaniko"})
 
 
+def test_build_extra_hosts_from_env_are_checked():
+    s = ImageSettings.from_env({"SHIPYARD_BUILD_ADD_HOSTS":
+                                " Astral.sh=198.18.0.1, pypi.internal=fd00::5 ,"})
+    assert s.add_hosts == (("astral.sh", "198.18.0.1"), ("pypi.internal", "fd00::5"))
+    assert ImageSettings.from_env({}).add_hosts == ()
+    for bad, why in (("astral.sh", "NAME=IP"), ("=1.2.3.4", "NAME=IP"),
+                     ("a b=1.2.3.4", "NAME=IP"), ("x.y=1.2.3", "not an IP"),
+                     ("x.y=host.z", "not an IP"), ("-x.y=1.2.3.4", "NAME=IP")):
+        with pytest.raises(ImageSettingError, match=f"SHIPYARD_BUILD_ADD_HOSTS.*{why}"):
+            ImageSettings.from_env({"SHIPYARD_BUILD_ADD_HOSTS": bad})
+
+
 def test_repository_name():
     assert repository_name("terminal-bench/Hello World") == "hello-world"
     assert repository_name("___") == "task"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import io
 import os
@@ -89,6 +90,17 @@ def test_job_runs_buildctl_with_push_cache_and_deadline():
     assert pod["initContainers"][0]["command"][-1] == (
         "cat /context/0/context.tar.gz | tar -xzmf - -C /ctx")
     assert not main["env"]  # no push credentials configured: none mounted
+
+
+def test_extra_hosts_reach_buildctl_as_the_dockerfile_frontends_add_hosts():
+    assert not any(a.startswith("add-hosts=") for a in build_job(_image_build(), LOCAL)[
+        "spec"]["template"]["spec"]["containers"][0]["command"])
+    settings = dataclasses.replace(LOCAL, add_hosts=(("astral.sh", "198.18.0.1"),
+                                                     ("m.internal", "10.0.0.5")))
+    argv = build_job(_image_build(), settings)["spec"]["template"]["spec"]["containers"][0][
+        "command"]
+    i = argv.index("add-hosts=astral.sh=198.18.0.1,m.internal=10.0.0.5")
+    assert argv[i - 1] == "--opt"
 
 
 def test_push_credentials_are_mounted_only_into_the_build_job():

@@ -1047,7 +1047,11 @@ def test_what_an_image_process_starts_for_the_agent_is_ended_the_image_process_k
     time.sleep(0.05)
     first = runner.launch("environment", phase("true"))
     runner.wait("environment")
-    runner.launch("agent", phase(f"touch {trigger}; sleep 0.5"), base=first.base)
+    # The agent's phase lasts until the forger wrote (at most 10 s: a loaded machine may take
+    # longer than a fixed half second to run the daemon's loop).
+    runner.launch("agent", phase(f"touch {trigger}; i=0; while [ ! -f {out} ] && "
+                                 f"[ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done"),
+                  base=first.base)
     runner.wait("agent")
     assert out.exists()
     out.unlink()
