@@ -21,7 +21,9 @@ Both binaries come from the Go module proxy through the small wrapper modules in
 **Base images are stand-ins** (a test convenience, not a product feature): the registry is seeded
 at `up` with Debian bookworm images under the paths of common bases (`library/debian:bookworm`,
 `library/ubuntu:24.04`, `library/python:3.12-slim`, ...). Each carries the label
-`dev.shipyard.stand-in`; the python ones are Debian's python3 (3.11) with `python`/`pip` links.
+`dev.shipyard.stand-in`. The python ones carry the CPython of their tag's minor version in
+/usr/local, as upstream's do, where this machine has one built by pyenv (its 3.12 and 3.13:
+`cpython_layer`); else, and for 3.11, Debian's python3 (3.11) with `python`/`pip` links.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -93,13 +96,82 @@ STAND_INS = {
         "ENV PIP_BREAK_SYSTEM_PACKAGES=1\n"
         f'LABEL {STAND_IN_LABEL}="Debian bookworm with Debian\'s python3 (3.11), pip and venv: '
         'a local test stand-in, not the upstream python image"\n',
-        [f"library/python:{v}" for v in ("3.11-slim", "3.12-slim", "3.13-slim", "3.11", "3.12",
-                                          "3.13", "3.11-slim-bookworm", "3.12-slim-bookworm",
-                                          "3.13-slim-bookworm")],
+        [],  # the tags of each minor without a CPython of its own (below)
     ),
 }
 _APT = ("RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
         "--no-install-recommends {} >/dev/null && rm -rf /var/lib/apt/lists/*\n")
+# ---------------------------------------------------------------- CPython from pyenv
+# This machine's pyenv builds (Debian bookworm, as the stand-ins; docs/development.md) are the
+# only CPython 3.12 and 3.13 here: Debian bookworm has 3.11, and neither python.org's sources
+# nor uv's Python downloads (GitHub) are reachable. Copied to /usr/local, their prefix rewritten
+# in the text files that name it (scripts' #!, sysconfig, python-config, pkg-config).
+PYENV_VERSIONS = Path.home() / ".pyenv" / "versions"
+PYTHON_MINORS = ("3.11", "3.12", "3.13")
+CPYTHON_FROM_PYENV = ("3.12", "3.13")  # 3.11: Debian's own is that minor already
+# What the copied CPython loads (its libpython, ssl, sqlite3, ctypes, readline, ...), as the
+# upstream slim images install them.
+_CPYTHON_LIBS = ("ca-certificates netbase tzdata libssl3 libffi8 libsqlite3-0 libuuid1 "
+                 "libbz2-1.0 liblzma5 libreadline8 libncursesw6 libtinfo6 zlib1g libexpat1 "
+                 "libcrypt1")
+
+
+def pyenv_cpython(minor: str) -> Path | None:
+    """The newest pyenv build of `minor` on this machine (e.g. ~/.pyenv/versions/3.13.0)."""
+    builds = [p for p in PYENV_VERSIONS.glob(f"{minor}.*")
+              if p.name.removeprefix(f"{minor}.").isdigit()
+              and (p / "bin" / f"python{minor}").is_file()]
+    return max(builds, key=lambda p: int(p.name.rsplit(".", 1)[1]), default=None)
+
+
+def _python_tags(minor: str) -> list[str]:
+    return [f"library/python:{minor}{s}" for s in ("", "-slim", "-slim-bookworm", "-bookworm")]
+
+
+def cpython_layer(minor: str) -> str:
+    """Dockerfile lines that put the context's `cpython-<minor>/` (copy_cpython) in /usr/local."""
+    return (_APT.format(_CPYTHON_LIBS) + f"COPY cpython-{minor}/ /usr/local/\n"
+            "RUN ldconfig && ln -sf python3 /usr/local/bin/python "
+            "&& ln -sf pip3 /usr/local/bin/pip "
+            f"&& /usr/local/bin/python{minor} -c 'import ssl, sqlite3, ctypes, readline'\n")
+
+
+def copy_cpython(build: Path, dest: Path) -> None:
+    """The pyenv build at `build` as it is to be in /usr/local: without its tests, static
+    library, bytecode and site-packages other than pip's (pyenv's machine may add `.pth`
+    hooks of its own), the old prefix rewritten to /usr/local in text files."""
+    prefix, skip_dirs = str(build).encode(), {"test", "tests", "idle_test", "__pycache__"}
+    for path in sorted(build.rglob("*")):
+        rel = path.relative_to(build)
+        if (skip_dirs & set(rel.parts) or path.suffix == ".a"
+                or (len(rel.parts) > 3 and rel.parts[2] == "site-packages"
+                    and not rel.parts[3].startswith(("pip", "README")))):
+            continue
+        target = dest / rel
+        if path.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(path))
+        elif path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file():
+            data = path.read_bytes()
+            if prefix in data and b"\0" not in data[:8192]:
+                data = data.replace(prefix, b"/usr/local")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(path.stat().st_mode & 0o7777)
+
+
+for _minor in PYTHON_MINORS:
+    if _minor in CPYTHON_FROM_PYENV and (_build := pyenv_cpython(_minor)) is not None:
+        STAND_INS[f"python-{_minor}"] = (
+            f"FROM {BASE_REPO}\n" + _TRUST + cpython_layer(_minor)
+            + f"# {_build.name}\n"  # another pyenv build, another image
+            + f'LABEL {STAND_IN_LABEL}="Debian bookworm with CPython {_build.name} (this '
+            f"machine's pyenv build) in /usr/local: a local test stand-in, not the upstream "
+            'python image"\n', _python_tags(_minor))
+    else:
+        STAND_INS["python"][1].extend(_python_tags(_minor))
 # Go from the Go module proxy's toolchain modules (golang.org/toolchain), the real release;
 # the module zips keep no file modes, so bin/ and pkg/tool/ are made executable (as `go` does).
 _GO = ('RUN python3 -c "import io, os, urllib.request, zipfile; '
@@ -181,17 +253,25 @@ for _uv in UV_VERSIONS:
         'on PyPI: a local test stand-in, not the upstream uv image"\n',
         [f"ghcr.io/astral-sh/uv:{t}" for t in (_uv, _uv.rsplit(".", 1)[0])]
         + (["ghcr.io/astral-sh/uv:latest"] if _uv == UV_VERSIONS[0] else []))
+_TB = "ghcr.io/laude-institute/t-bench/"
+_TB_PYTHON = [f"{_TB}python-3-13:{t}" for t in ("latest", "20250620")]
 STAND_INS["t-bench"] = (
     f"FROM {BASE_REPO}\n" + _TRUST
     + _APT.format("ca-certificates tmux curl python3-pip python3-venv")
     + "ENV PIP_BREAK_SYSTEM_PACKAGES=1\n"
     + f'LABEL {STAND_IN_LABEL}="Debian bookworm with tmux, curl and Debian\'s python3 (3.11) in '
     'place of the terminal-bench base images: a local test stand-in"\n',
-    ["ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest",
-     "ghcr.io/laude-institute/t-bench/python-3-13:latest",
-     "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
-     "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250620",
-     "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"])
+    [f"{_TB}ubuntu-24-04:{t}" for t in ("latest", "20250620", "20250624")])
+if (_build := pyenv_cpython("3.13")) is not None:
+    # terminal-bench's python-3-13 is python:3.13-slim-bookworm with tmux and curl.
+    STAND_INS["t-bench-python-3.13"] = (
+        f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("tmux curl") + cpython_layer("3.13")
+        + f"# {_build.name}\n"
+        + f'LABEL {STAND_IN_LABEL}="Debian bookworm with tmux, curl and CPython {_build.name} '
+        "(this machine's pyenv build) in /usr/local in place of terminal-bench's python-3-13 "
+        'image: a local test stand-in"\n', _TB_PYTHON)
+else:
+    STAND_INS["t-bench"][1].extend(_TB_PYTHON)
 
 
 def buildkit_dir(layout: Layout) -> Path:
@@ -449,6 +529,8 @@ def ensure_seeds(layout: Layout) -> list[str]:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "Dockerfile").write_text(dockerfile)
+            for minor in re.findall(r"^COPY cpython-(\d+\.\d+)/", dockerfile, re.M):
+                copy_cpython(pyenv_cpython(minor), Path(tmp, f"cpython-{minor}"))
             Path(tmp, "ca-certificates.crt").write_bytes(trust)
             Path(tmp, "host-ca").mkdir()
             for cert in extra:

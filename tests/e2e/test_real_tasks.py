@@ -4,12 +4,14 @@ of the project's own: a failed build that explains itself, ..."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 
 import pytest
 
 from tests.conftest import TEST_NAMESPACE_PREFIX
 from tests.e2e.conftest import (
+    ROOT,
     TASK_IMAGE,
     OperatorProcess,
     Shipyard,
@@ -215,6 +217,38 @@ def test_a_dockerfile_that_installs_uv_from_astral_sh_builds_and_scores(shipyard
                "if [ $? -eq 0 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
     shipyard.task("uv-build", uv_task(dockerfile, test_sh))
     _, nop = oracle_and_nop(shipyard, "uv-build")
+    assert nop["status"].get("reward") == 0, brief(nop["status"])
+
+
+UV_313_TEST = UV_TEST.replace("uvx --with", "uvx -p 3.13 --with")
+UV_313_STATE = UV_STATE + """
+
+def test_the_tests_run_on_the_images_python_3_13():
+    import sys
+    assert sys.version_info[:2] == (3, 13) and sys.base_prefix == "/usr/local"
+"""
+
+
+@pytest.mark.usefixtures("local_builds")
+def test_uvx_asking_for_python_3_13_finds_the_python_3_13_images_own(shipyard):
+    """terminal-bench's tests run `uvx -p 3.13 ... pytest`: on a `python:3.13` base uv finds
+    the image's /usr/local/bin/python3.13 (nothing to download), so the local stand-in must
+    be that minor (hack/localcluster/imagebuilds.py: this machine's pyenv build)."""
+    sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
+    try:
+        import imagebuilds
+    finally:
+        sys.path.pop(0)
+    if imagebuilds.pyenv_cpython("3.13") is None:
+        pytest.skip("this machine has no pyenv CPython 3.13: its python:3.13 stand-in is 3.11")
+    files = uv_task("FROM python:3.13-slim\nWORKDIR /app\n", UV_313_TEST)
+    files["tests/test_state.py"] = UV_313_STATE
+    shipyard.task("uv-313", files)
+    oracle, nop = oracle_and_nop(shipyard, "uv-313")
+    log = shipyard.core.read_namespaced_config_map(
+        oracle["status"]["logsConfigMap"], shipyard.namespace).data or {}
+    verifier = "\n".join(v for k, v in log.items() if "verifier" in k)
+    assert "2 passed" in verifier and "Python 3.13" in verifier, verifier
     assert nop["status"].get("reward") == 0, brief(nop["status"])
 
 

@@ -71,3 +71,60 @@ def test_every_stand_in_is_labelled_and_the_common_bases_have_one():
                  "ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest",
                  "ghcr.io/astral-sh/uv:latest"):
         assert base in tags, base
+
+
+def test_each_python_tag_has_one_stand_in_and_a_pyenv_build_is_that_minors(tmp_path,
+                                                                          monkeypatch):
+    owners: dict[str, list[str]] = {}
+    for name, (_, names) in imagebuilds.STAND_INS.items():
+        for tag in names:
+            owners.setdefault(tag, []).append(name)
+    for minor in imagebuilds.PYTHON_MINORS:
+        for tag in imagebuilds._python_tags(minor):
+            assert len(owners.get(tag, [])) == 1, (tag, owners.get(tag))
+    versions = tmp_path / "versions"
+    for build in ("3.13.0", "3.13.11", "3.13.2", "3.13.0t", "3.12.4"):
+        (versions / build / "bin").mkdir(parents=True)
+        (versions / build / "bin" / f"python{build[:4]}").write_text("")
+    monkeypatch.setattr(imagebuilds, "PYENV_VERSIONS", versions)
+    assert imagebuilds.pyenv_cpython("3.13") == versions / "3.13.11"  # not the free-threaded
+    assert imagebuilds.pyenv_cpython("3.12") == versions / "3.12.4"
+    assert imagebuilds.pyenv_cpython("3.11") is None
+
+
+def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path):
+    build = tmp_path / "versions" / "3.13.0"
+    prefix = str(build)
+    files = {
+        "bin/pip3": f"#!{prefix}/bin/python3.13\nimport pip\n",
+        "lib/python3.13/_sysconfigdata__linux_x86_64-linux-gnu.py":
+            f"build_time_vars = {{'INCLUDEPY': '{prefix}/include/python3.13'}}\n",
+        "lib/python3.13/os.py": "# the stdlib\n",
+        "lib/python3.13/test/test_os.py": "# a test\n",
+        "lib/python3.13/__pycache__/os.cpython-313.pyc": "bytecode",
+        "lib/python3.13/config-3.13-x86_64-linux-gnu/libpython3.13.a": "static",
+        "lib/python3.13/site-packages/pip/__init__.py": "# pip\n",
+        "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD": "pip/__init__.py\n",
+        "lib/python3.13/site-packages/_machine_hook.pth": "import os\n",
+        "lib/python3.13/site-packages/other/__init__.py": "# installed later\n",
+    }
+    for rel, text in files.items():
+        (build / rel).parent.mkdir(parents=True, exist_ok=True)
+        (build / rel).write_text(text)
+    (build / "bin" / "pip3").chmod(0o755)
+    binary = b"\x7fELF\x00\x00" + prefix.encode() + b"/lib\x00"
+    (build / "lib" / "libpython3.13.so.1.0").write_bytes(binary)
+    (build / "bin" / "python3").symlink_to("python3.13")
+    dest = tmp_path / "ctx" / "cpython-3.13"
+    imagebuilds.copy_cpython(build, dest)
+    copied = {str(p.relative_to(dest)) for p in dest.rglob("*") if not p.is_dir()}
+    assert copied == {"bin/pip3", "bin/python3", "lib/libpython3.13.so.1.0",
+                      "lib/python3.13/_sysconfigdata__linux_x86_64-linux-gnu.py",
+                      "lib/python3.13/os.py", "lib/python3.13/site-packages/pip/__init__.py",
+                      "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD"}
+    assert (dest / "bin" / "pip3").read_text().startswith("#!/usr/local/bin/python3.13\n")
+    assert (dest / "bin" / "pip3").stat().st_mode & 0o777 == 0o755
+    assert "'/usr/local/include/python3.13'" in (
+        dest / "lib/python3.13/_sysconfigdata__linux_x86_64-linux-gnu.py").read_text()
+    assert (dest / "lib" / "libpython3.13.so.1.0").read_bytes() == binary  # binaries as they are
+    assert (dest / "bin" / "python3").readlink() == Path("python3.13")
