@@ -22,7 +22,7 @@ Both binaries come from the Go module proxy through the small wrapper modules in
 at `up` with Debian bookworm images under the paths of common bases (`library/debian:bookworm`,
 `library/ubuntu:24.04`, `library/python:3.12-slim`, ...). Each carries the label
 `dev.shipyard.stand-in`. The python ones carry the CPython of their tag's minor version in
-/usr/local, as upstream's do, where this machine has one built by pyenv (its 3.12 and 3.13:
+/usr/local, as upstream's do, where this machine has one built by pyenv (its 3.10, 3.12 and 3.13:
 `cpython_layer`); else, and for 3.11, Debian's python3 (3.11) with `python`/`pip` links.
 """
 
@@ -103,12 +103,12 @@ _APT = ("RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get instal
         "--no-install-recommends {} >/dev/null && rm -rf /var/lib/apt/lists/*\n")
 # ---------------------------------------------------------------- CPython from pyenv
 # This machine's pyenv builds (Debian bookworm, as the stand-ins; docs/development.md) are the
-# only CPython 3.12 and 3.13 here: Debian bookworm has 3.11, and neither python.org's sources
+# only CPython 3.10, 3.12 and 3.13 here: Debian bookworm has 3.11, and neither python.org's sources
 # nor uv's Python downloads (GitHub) are reachable. Copied to /usr/local, their prefix rewritten
 # in the text files that name it (scripts' #!, sysconfig, python-config, pkg-config).
 PYENV_VERSIONS = Path.home() / ".pyenv" / "versions"
-PYTHON_MINORS = ("3.11", "3.12", "3.13")
-CPYTHON_FROM_PYENV = ("3.12", "3.13")  # 3.11: Debian's own is that minor already
+PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")
+CPYTHON_FROM_PYENV = ("3.10", "3.12", "3.13")  # 3.11: Debian's own is that minor
 # What the copied CPython loads (its libpython, ssl, sqlite3, ctypes, readline, ...), as the
 # upstream slim images install them.
 _CPYTHON_LIBS = ("ca-certificates netbase tzdata libssl3 libffi8 libsqlite3-0 libuuid1 "
@@ -138,14 +138,18 @@ def cpython_layer(minor: str) -> str:
 
 def copy_cpython(build: Path, dest: Path) -> None:
     """The pyenv build at `build` as it is to be in /usr/local: without its tests, static
-    library, bytecode and site-packages other than pip's (pyenv's machine may add `.pth`
-    hooks of its own), the old prefix rewritten to /usr/local in text files."""
+    library, bytecode and the `.pth` files of site-packages that no installed distribution
+    lists (the machine's own start-up hooks), the old prefix rewritten to /usr/local in text
+    files."""
     prefix, skip_dirs = str(build).encode(), {"test", "tests", "idle_test", "__pycache__"}
+    owned = {line.split(",", 1)[0] for record in build.glob("lib/python*/site-packages/"
+                                                             "*.dist-info/RECORD")
+             for line in record.read_text(errors="replace").splitlines()}
     for path in sorted(build.rglob("*")):
         rel = path.relative_to(build)
         if (skip_dirs & set(rel.parts) or path.suffix == ".a"
-                or (len(rel.parts) > 3 and rel.parts[2] == "site-packages"
-                    and not rel.parts[3].startswith(("pip", "README")))):
+                or (len(rel.parts) == 4 and rel.parts[2] == "site-packages"
+                    and path.suffix == ".pth" and rel.parts[3] not in owned)):
             continue
         target = dest / rel
         if path.is_symlink():

@@ -104,9 +104,11 @@ def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path
         "lib/python3.13/__pycache__/os.cpython-313.pyc": "bytecode",
         "lib/python3.13/config-3.13-x86_64-linux-gnu/libpython3.13.a": "static",
         "lib/python3.13/site-packages/pip/__init__.py": "# pip\n",
-        "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD": "pip/__init__.py\n",
+        "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD": "pip/__init__.py,sha256=x,5\n",
+        "lib/python3.13/site-packages/setuptools-65.5.0.dist-info/RECORD":
+            "distutils-precedence.pth,sha256=y,151\n",
+        "lib/python3.13/site-packages/distutils-precedence.pth": "import _distutils_hack\n",
         "lib/python3.13/site-packages/_machine_hook.pth": "import os\n",
-        "lib/python3.13/site-packages/other/__init__.py": "# installed later\n",
     }
     for rel, text in files.items():
         (build / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,9 @@ def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path
     assert copied == {"bin/pip3", "bin/python3", "lib/libpython3.13.so.1.0",
                       "lib/python3.13/_sysconfigdata__linux_x86_64-linux-gnu.py",
                       "lib/python3.13/os.py", "lib/python3.13/site-packages/pip/__init__.py",
-                      "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD"}
+                      "lib/python3.13/site-packages/pip-24.2.dist-info/RECORD",
+                      "lib/python3.13/site-packages/setuptools-65.5.0.dist-info/RECORD",
+                      "lib/python3.13/site-packages/distutils-precedence.pth"}
     assert (dest / "bin" / "pip3").read_text().startswith("#!/usr/local/bin/python3.13\n")
     assert (dest / "bin" / "pip3").stat().st_mode & 0o777 == 0o755
     assert "'/usr/local/include/python3.13'" in (
