@@ -41,10 +41,13 @@ import urllib.request
 from pathlib import Path
 
 import buildnet
+from cpython import PYTHON_MINORS, copy_cpython, pyenv_cpython
 from images import Image, _busybox_rootfs, build_archive, ensure_imported
 from kuberouter import BuildError
 from layout import HERE, IMAGE_DEBIAN, Layout
 from pki import buildkit_pki, ensure_buildkit_pki, web_stand_in_pki
+from webstandins import HOSTS as WEB_HOSTS
+from webstandins import PYTHONS
 
 BUILDKIT_VERSION = "v0.34.2"  # keep in step with buildkit/go.mod
 REGISTRY_VERSION = "v3.1.2"  # keep in step with registry/go.mod
@@ -73,9 +76,12 @@ BASE_REPO = f"{REGISTRY}/shipyard/debian-base:bookworm"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
 # Tools with trust stores of their own (uv, Rust's rustls) are pointed at it as on the host.
+# uv is pointed at the stand-in for its Python downloads (webstandins.PYTHONS), which are on
+# GitHub upstream: `uvx -p 3.13` gets this machine's CPython 3.13 (cpython.py).
 _TRUST = ("COPY host-ca/ /usr/local/share/ca-certificates/\n"
           "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
-          "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n")
+          "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n"
+          f"ENV UV_PYTHON_DOWNLOADS_JSON_URL=https://{WEB_HOSTS[0]}{PYTHONS}/downloads.json\n")
 # name -> (Dockerfile, tags): built with the local buildkitd at `up` when missing.
 STAND_INS = {
     "debian": (
@@ -102,12 +108,6 @@ STAND_INS = {
 _APT = ("RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
         "--no-install-recommends {} >/dev/null && rm -rf /var/lib/apt/lists/*\n")
 # ---------------------------------------------------------------- CPython from pyenv
-# This machine's pyenv builds (Debian bookworm, as the stand-ins; docs/development.md) are the
-# only CPython 3.10, 3.12 and 3.13 here: Debian bookworm has 3.11, and neither python.org's sources
-# nor uv's Python downloads (GitHub) are reachable. Copied to /usr/local, their prefix rewritten
-# in the text files that name it (scripts' #!, sysconfig, python-config, pkg-config).
-PYENV_VERSIONS = Path.home() / ".pyenv" / "versions"
-PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")
 CPYTHON_FROM_PYENV = ("3.10", "3.12", "3.13")  # 3.11: Debian's own is that minor
 # What the copied CPython loads (its libpython, ssl, sqlite3, ctypes, readline, ...), as the
 # upstream slim images install them.
@@ -116,54 +116,17 @@ _CPYTHON_LIBS = ("ca-certificates netbase tzdata libssl3 libffi8 libsqlite3-0 li
                  "libcrypt1")
 
 
-def pyenv_cpython(minor: str) -> Path | None:
-    """The newest pyenv build of `minor` on this machine (e.g. ~/.pyenv/versions/3.13.0)."""
-    builds = [p for p in PYENV_VERSIONS.glob(f"{minor}.*")
-              if p.name.removeprefix(f"{minor}.").isdigit()
-              and (p / "bin" / f"python{minor}").is_file()]
-    return max(builds, key=lambda p: int(p.name.rsplit(".", 1)[1]), default=None)
-
-
 def _python_tags(minor: str) -> list[str]:
     return [f"library/python:{minor}{s}" for s in ("", "-slim", "-slim-bookworm", "-bookworm")]
 
 
 def cpython_layer(minor: str) -> str:
-    """Dockerfile lines that put the context's `cpython-<minor>/` (copy_cpython) in /usr/local."""
+    """Dockerfile lines that put the context's `cpython-<minor>/` (cpython.copy_cpython) in
+    /usr/local."""
     return (_APT.format(_CPYTHON_LIBS) + f"COPY cpython-{minor}/ /usr/local/\n"
             "RUN ldconfig && ln -sf python3 /usr/local/bin/python "
             "&& ln -sf pip3 /usr/local/bin/pip "
             f"&& /usr/local/bin/python{minor} -c 'import ssl, sqlite3, ctypes, readline'\n")
-
-
-def copy_cpython(build: Path, dest: Path) -> None:
-    """The pyenv build at `build` as it is to be in /usr/local: without its tests, static
-    library, bytecode and the `.pth` files of site-packages that no installed distribution
-    lists (the machine's own start-up hooks), the old prefix rewritten to /usr/local in text
-    files."""
-    prefix, skip_dirs = str(build).encode(), {"test", "tests", "idle_test", "__pycache__"}
-    owned = {line.split(",", 1)[0] for record in build.glob("lib/python*/site-packages/"
-                                                             "*.dist-info/RECORD")
-             for line in record.read_text(errors="replace").splitlines()}
-    for path in sorted(build.rglob("*")):
-        rel = path.relative_to(build)
-        if (skip_dirs & set(rel.parts) or path.suffix == ".a"
-                or (len(rel.parts) == 4 and rel.parts[2] == "site-packages"
-                    and path.suffix == ".pth" and rel.parts[3] not in owned)):
-            continue
-        target = dest / rel
-        if path.is_symlink():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(os.readlink(path))
-        elif path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif path.is_file():
-            data = path.read_bytes()
-            if prefix in data and b"\0" not in data[:8192]:
-                data = data.replace(prefix, b"/usr/local")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(path.stat().st_mode & 0o7777)
 
 
 for _minor in PYTHON_MINORS:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import buildnet
 import clusterdns
+import cpython
 import kueue
 import mirrors
 import operator_defaults
@@ -349,6 +350,7 @@ def up() -> int:
         ensure_runner_image(layout)
         ensure_mirrors(layout)
         ensure_cluster_dns(layout)
+        ensure_python_downloads(layout)
         ensure_seeds(layout)
         ensure_kueue(layout)
         confine_buildkitd(layout)
@@ -412,7 +414,8 @@ def up() -> int:
         wait_until(
             layout, "kube-controller-manager", pids, lambda: default_service_account(layout), 60
         )
-    with t.stage("base image stand-ins"):
+    with t.stage("base image stand-ins, uv's Pythons"):
+        ensure_python_downloads(layout)
         ensure_seeds(layout)
     with t.stage("cluster DNS (CoreDNS)"):
         ensure_cluster_dns(layout)
@@ -467,6 +470,11 @@ def update_in_place(layout: Layout) -> bool:
     wait_until(layout, "kubelet", pids, lambda: node_ready(layout), 90)
     ensure_seeds(layout)
     return True
+
+
+def ensure_python_downloads(layout: Layout) -> None:
+    """This machine's CPythons as uv downloads, for the stand-in for astral.sh (cpython.py)."""
+    cpython.ensure_uv_downloads(webstandins.cache_dir(layout.cache) / "python")
 
 
 def ensure_runner_image(layout: Layout) -> None:

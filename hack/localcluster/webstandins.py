@@ -14,6 +14,11 @@ most Harbor tasks' tests pipe to `sh` before `uvx pytest`.
 - Its certificate is issued by a CA of its own (`pki.ensure_web_stand_in_pki`), which the base
   image stand-ins trust (`imagebuilds.ensure_seeds`): a `curl https://astral.sh/...` in a task
   built on a stand-in verifies as it would upstream.
+- Under /shipyard-stand-in/python/ it stands in for uv's Python downloads (GitHub's
+  python-build-standalone releases, unreachable here): `downloads.json` in the format of
+  UV_PYTHON_DOWNLOADS_JSON_URL, which every stand-in image sets, listing this machine's pyenv
+  builds as archives in uv's layout (`cpython.ensure_uv_downloads`, made by `up`), so that
+  `uvx -p 3.13` and `uv python install` get a real CPython of that minor.
 - What it serves is a stand-in, and says so: its `install.sh` installs uv of the version asked
   for from uv's wheel on PyPI (fetched by the host once per version) into `~/.local/bin`, with
   the `env` file uv's installer writes. Any other path answers 404.
@@ -26,12 +31,14 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import re
 import shutil
 import ssl
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -68,12 +75,17 @@ echo "installing to $dest (uv {version}: Shipyard's local stand-in for astral.sh
 """
 
 
+def cache_dir(cache: Path) -> Path:
+    """What the stand-ins keep (uv's binaries, uv's Pythons) in the local cluster's cache."""
+    return cache / "web-stand-ins"
+
+
 def argv(pki: Path, cache: Path) -> list[str]:
     """The component's command line: Debian's python3 where there is one (the same on each
     `up`, whichever Python runs localcluster.py), else this one."""
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     return [python, str(Path(__file__).resolve()), "serve", str(pki / "web-stand-ins"),
-            str(cache / "web-stand-ins")]
+            str(cache_dir(cache))]
 
 
 NFT_TABLE = "shipyard_web_stand_ins"
@@ -144,9 +156,32 @@ def uv_binaries(cache: Path, version: str) -> Path:
     return out
 
 
-def answer(path: str, cache: Path) -> tuple[int, bytes, str]:
-    """(status, body, content type) for a GET of `path` on astral.sh."""
+PYTHONS = "/shipyard-stand-in/python"
+"""Where uv's Python downloads are stood in (`UV_PYTHON_DOWNLOADS_JSON_URL`, which the stand-in
+images set): `downloads.json` and the archives `cpython.ensure_uv_downloads` made at `up`."""
+_ARCHIVE = re.compile(r"^cpython-[0-9.]+\+pyenv-x86_64-unknown-linux-gnu-install_only\.tar\.gz$")
+
+
+def python_download(path: str, cache: Path) -> tuple[int, bytes | Path, str] | None:
+    """uv's Python download metadata (for the URL prefix of this stand-in) or an archive (a
+    Path, streamed); None for another path."""
+    if not path.startswith(PYTHONS + "/"):
+        return None
+    name, folder = urllib.parse.unquote(path.removeprefix(PYTHONS + "/")), cache / "python"
+    if name == "downloads.json" and (folder / name).is_file():
+        text = (folder / name).read_text().replace("{base}", f"https://{HOSTS[0]}{PYTHONS}")
+        return 200, text.encode(), "application/json"
+    if _ARCHIVE.match(name) and (folder / name).is_file():
+        return 200, folder / name, "application/gzip"
+    return 404, f"{path}: no such Python here (this machine's pyenv builds only)\n".encode(), \
+        "text/plain"
+
+
+def answer(path: str, cache: Path) -> tuple[int, bytes | Path, str]:
+    """(status, body or a file to send, content type) for a GET of `path` on astral.sh."""
     path = path.split("?", 1)[0]
+    if (python := python_download(path, cache)) is not None:
+        return python
     if path in ("/uv/install.sh", "/uv/installer.sh"):
         path = f"/uv/{UV_LATEST}/install.sh"
     parts = path.strip("/").split("/")
@@ -163,9 +198,10 @@ def answer(path: str, cache: Path) -> tuple[int, bytes, str]:
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             return 404, f"uv {parts[2]} could not be fetched from PyPI: {e}\n".encode(), \
                 "text/plain"
-        return 200, (folder / parts[3]).read_bytes(), "application/octet-stream"
+        return 200, folder / parts[3], "application/octet-stream"
     return 404, (f"{path}: Shipyard's local stand-in for astral.sh serves only "
-                 "/uv/install.sh and /uv/<version>/install.sh\n").encode(), "text/plain"
+                 "/uv/install.sh, /uv/<version>/install.sh and, for uv, "
+                 f"{PYTHONS}/downloads.json\n").encode(), "text/plain"
 
 
 def serve(pki: Path, cache: Path) -> None:
@@ -176,6 +212,12 @@ def serve(pki: Path, cache: Path) -> None:
             status, body, kind = answer(self.path, cache)
             self.send_response(status)
             self.send_header("Content-Type", kind)
+            if isinstance(body, Path):
+                with body.open("rb") as f:
+                    self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
+                    self.end_headers()
+                    shutil.copyfileobj(f, self.wfile, 1 << 20)
+                return
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

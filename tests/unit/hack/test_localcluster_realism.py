@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT / "hack" / "localcluster"))
 
 import clusterdns  # noqa: E402
 import components  # noqa: E402
+import cpython  # noqa: E402
 import imagebuilds  # noqa: E402
 import mirrors  # noqa: E402
 
@@ -79,17 +80,17 @@ def test_each_python_tag_has_one_stand_in_and_a_pyenv_build_is_that_minors(tmp_p
     for name, (_, names) in imagebuilds.STAND_INS.items():
         for tag in names:
             owners.setdefault(tag, []).append(name)
-    for minor in imagebuilds.PYTHON_MINORS:
+    for minor in cpython.PYTHON_MINORS:
         for tag in imagebuilds._python_tags(minor):
             assert len(owners.get(tag, [])) == 1, (tag, owners.get(tag))
     versions = tmp_path / "versions"
     for build in ("3.13.0", "3.13.11", "3.13.2", "3.13.0t", "3.12.4"):
         (versions / build / "bin").mkdir(parents=True)
         (versions / build / "bin" / f"python{build[:4]}").write_text("")
-    monkeypatch.setattr(imagebuilds, "PYENV_VERSIONS", versions)
-    assert imagebuilds.pyenv_cpython("3.13") == versions / "3.13.11"  # not the free-threaded
-    assert imagebuilds.pyenv_cpython("3.12") == versions / "3.12.4"
-    assert imagebuilds.pyenv_cpython("3.11") is None
+    monkeypatch.setattr(cpython, "PYENV_VERSIONS", versions)
+    assert cpython.pyenv_cpython("3.13") == versions / "3.13.11"  # not the free-threaded
+    assert cpython.pyenv_cpython("3.12") == versions / "3.12.4"
+    assert cpython.pyenv_cpython("3.11") is None
 
 
 def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path):
@@ -109,6 +110,8 @@ def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path
             "distutils-precedence.pth,sha256=y,151\n",
         "lib/python3.13/site-packages/distutils-precedence.pth": "import _distutils_hack\n",
         "lib/python3.13/site-packages/_machine_hook.pth": "import os\n",
+        "lib/python3.13/site-packages/boto3/__init__.py": "# installed on the machine since\n",
+        "lib/python3.13/site-packages/boto3-1.0.dist-info/RECORD": "boto3/__init__.py,,\n",
     }
     for rel, text in files.items():
         (build / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +121,7 @@ def test_a_pyenv_build_is_copied_to_usr_local_with_its_prefix_rewritten(tmp_path
     (build / "lib" / "libpython3.13.so.1.0").write_bytes(binary)
     (build / "bin" / "python3").symlink_to("python3.13")
     dest = tmp_path / "ctx" / "cpython-3.13"
-    imagebuilds.copy_cpython(build, dest)
+    cpython.copy_cpython(build, dest)
     copied = {str(p.relative_to(dest)) for p in dest.rglob("*") if not p.is_dir()}
     assert copied == {"bin/pip3", "bin/python3", "lib/libpython3.13.so.1.0",
                       "lib/python3.13/_sysconfigdata__linux_x86_64-linux-gnu.py",

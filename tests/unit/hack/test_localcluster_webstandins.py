@@ -89,3 +89,51 @@ def test_a_fresh_pki_has_each_ca_and_a_serving_certificate_for_the_stand_in(tmp_
     before = (web / "server.crt").read_bytes()
     pki.ensure_pki(tmp_path)  # nothing to do the second time
     assert (web / "server.crt").read_bytes() == before
+
+
+def test_uvs_python_downloads_are_this_machines_builds_in_uvs_layout(tmp_path, monkeypatch):
+    """`cpython.ensure_uv_downloads` (run by `up`) packs each minor's pyenv build as uv
+    unpacks its downloads, the interpreter finding its libpython beside it; the stand-in
+    serves the metadata for its own URL and the archives, nothing else."""
+    import hashlib
+    import json
+    import tarfile
+
+    import cpython
+
+    versions = tmp_path / "versions"
+    build = versions / "3.13.4"
+    (build / "bin").mkdir(parents=True)
+    (build / "lib" / "python3.13").mkdir(parents=True)
+    runpath = f"{build}/lib".encode()
+    (build / "bin" / "python3.13").write_bytes(b"\x7fELF\x00" + runpath + b"\x00rest")
+    (build / "bin" / "pip3").write_text(f"#!{build}/bin/python3.13\n")
+    (build / "lib" / "python3.13" / "os.py").write_text("# stdlib\n")
+    monkeypatch.setattr(cpython, "PYENV_VERSIONS", versions)
+    cache = tmp_path / "cache"
+    python = cache / "python"
+    python.mkdir(parents=True)
+    (python / "cpython-3.12.0+pyenv-x86_64-unknown-linux-gnu-install_only.tar.gz").write_text("")
+    (archive,) = cpython.ensure_uv_downloads(python)
+    assert not (python / "cpython-3.12.0+pyenv-x86_64-unknown-linux-gnu-install_only.tar.gz"
+                ).exists()  # a build no longer on the machine
+    with tarfile.open(archive) as tar:
+        exe = tar.extractfile("python/bin/python3.13").read()
+        assert tar.extractfile("python/bin/pip3").read() == b"#!/install/bin/python3.13\n"
+        assert "python/lib/python3.13/os.py" in tar.getnames()
+    assert b"$ORIGIN/../lib\x00" in exe and runpath not in exe and len(exe) == len(
+        b"\x7fELF\x00" + runpath + b"\x00rest")
+    (entry,) = json.loads((python / "downloads.json").read_text()).values()
+    assert (entry["major"], entry["minor"], entry["patch"], entry["os"], entry["libc"]) == (
+        3, 13, 4, "linux", "gnu")
+    assert entry["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+
+    status, body, _ = webstandins.answer(f"{webstandins.PYTHONS}/downloads.json", cache)
+    served = json.loads(body)
+    url = f"https://astral.sh{webstandins.PYTHONS}/{archive.name}"
+    assert status == 200 and served["cpython-3.13.4-linux-x86_64-gnu"]["url"] == url
+    assert webstandins.answer(url.removeprefix("https://astral.sh"), cache)[1] == archive
+    encoded = url.removeprefix("https://astral.sh").replace("+", "%2B")  # as upstream's URLs
+    assert webstandins.answer(encoded, cache)[1] == archive
+    for bad in ("../../../etc/passwd", "downloads.json/..", f"{archive.name}.sha256", "x.tar.gz"):
+        assert webstandins.answer(f"{webstandins.PYTHONS}/{bad}", cache)[0] == 404, bad
