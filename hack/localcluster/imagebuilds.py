@@ -46,8 +46,7 @@ from images import Image, _busybox_rootfs, build_archive, ensure_imported
 from kuberouter import BuildError
 from layout import HERE, IMAGE_DEBIAN, Layout
 from pki import buildkit_pki, ensure_buildkit_pki, web_stand_in_pki
-from webstandins import HOSTS as WEB_HOSTS
-from webstandins import PYTHONS
+from webstandins import cache_dir, python_downloads_json
 
 BUILDKIT_VERSION = "v0.34.2"  # keep in step with buildkit/go.mod
 REGISTRY_VERSION = "v3.1.2"  # keep in step with registry/go.mod
@@ -77,11 +76,14 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
 # Tools with trust stores of their own (uv, Rust's rustls) are pointed at it as on the host.
 # uv is pointed at the stand-in for its Python downloads (webstandins.PYTHONS), which are on
-# GitHub upstream: `uvx -p 3.13` gets this machine's CPython 3.13 (cpython.py).
+# GitHub upstream: `uvx -p 3.13` gets this machine's CPython 3.13 (cpython.py). uv reads the
+# list from a local file only (before 0.9.x at least), so each image carries it.
+UV_PYTHONS_JSON = "/usr/local/share/shipyard-stand-in/uv-python-downloads.json"
 _TRUST = ("COPY host-ca/ /usr/local/share/ca-certificates/\n"
           "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
           "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n"
-          f"ENV UV_PYTHON_DOWNLOADS_JSON_URL=https://{WEB_HOSTS[0]}{PYTHONS}/downloads.json\n")
+          f"COPY uv-python-downloads.json {UV_PYTHONS_JSON}\n"
+          f"ENV UV_PYTHON_DOWNLOADS_JSON_URL={UV_PYTHONS_JSON}\n")
 # name -> (Dockerfile, tags): built with the local buildkitd at `up` when missing.
 STAND_INS = {
     "debian": (
@@ -458,6 +460,12 @@ def ensure_builder_image(layout: Layout) -> None:
     ensure_imported(layout, BUILDCTL_IMAGE)
 
 
+def uv_python_downloads(layout: Layout) -> bytes:
+    """uv's Python download list as the stand-in images carry it (`{}`, nothing to download,
+    before `up` made one)."""
+    return python_downloads_json(cache_dir(layout.cache)) or b"{}\n"
+
+
 def ensure_seeds(layout: Layout) -> list[str]:
     """Push the Debian base and build the stand-ins that are missing; the names pushed."""
     pushed = []
@@ -477,9 +485,11 @@ def ensure_seeds(layout: Layout) -> list[str]:
     if web_ca.exists():
         trust = trust.rstrip(b"\n") + b"\n" + web_ca.read_bytes()
         extra.append(web_ca)
+    uv_pythons = uv_python_downloads(layout)
     for name, (dockerfile, tags) in STAND_INS.items():
-        # A marker tag per content: a changed Dockerfile or host trust store rebuilds.
-        content = hashlib.sha256(dockerfile.encode() + trust + b"".join(
+        # A marker tag per content: a changed Dockerfile, host trust store or list of uv's
+        # Pythons rebuilds.
+        content = hashlib.sha256(dockerfile.encode() + trust + uv_pythons + b"".join(
             p.read_bytes() for p in extra)).hexdigest()[:12]
         marker_tag = f"shipyard/stand-ins:{name}-{content}"
         tags = [*_tags(tags), marker_tag]
@@ -499,6 +509,7 @@ def ensure_seeds(layout: Layout) -> list[str]:
             for minor in re.findall(r"^COPY cpython-(\d+\.\d+)/", dockerfile, re.M):
                 copy_cpython(pyenv_cpython(minor), Path(tmp, f"cpython-{minor}"))
             Path(tmp, "ca-certificates.crt").write_bytes(trust)
+            Path(tmp, "uv-python-downloads.json").write_bytes(uv_pythons)
             Path(tmp, "host-ca").mkdir()
             for cert in extra:
                 shutil.copy2(cert, Path(tmp, "host-ca", WEB_CA_NAME if cert == web_ca

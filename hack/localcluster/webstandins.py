@@ -15,9 +15,10 @@ most Harbor tasks' tests pipe to `sh` before `uvx pytest`.
   image stand-ins trust (`imagebuilds.ensure_seeds`): a `curl https://astral.sh/...` in a task
   built on a stand-in verifies as it would upstream.
 - Under /shipyard-stand-in/python/ it stands in for uv's Python downloads (GitHub's
-  python-build-standalone releases, unreachable here): `downloads.json` in the format of
-  UV_PYTHON_DOWNLOADS_JSON_URL, which every stand-in image sets, listing this machine's pyenv
-  builds as archives in uv's layout (`cpython.ensure_uv_downloads`, made by `up`), so that
+  python-build-standalone releases, unreachable here): the archives of this machine's pyenv
+  builds in uv's layout (`cpython.ensure_uv_downloads`, made by `up`), listed in
+  `downloads.json` (the format of UV_PYTHON_DOWNLOADS_JSON_URL), which every stand-in image
+  carries as a file and names to uv (uv 0.9 reads the list from a local file only), so that
   `uvx -p 3.13` and `uv python install` get a real CPython of that minor.
 - What it serves is a stand-in, and says so: its `install.sh` installs uv of the version asked
   for from uv's wheel on PyPI (fetched by the host once per version) into `~/.local/bin`, with
@@ -162,15 +163,23 @@ images set): `downloads.json` and the archives `cpython.ensure_uv_downloads` mad
 _ARCHIVE = re.compile(r"^cpython-[0-9.]+\+pyenv-x86_64-unknown-linux-gnu-install_only\.tar\.gz$")
 
 
+def python_downloads_json(cache: Path) -> bytes | None:
+    """uv's Python download list that `up` made (cpython.ensure_uv_downloads), its archives at
+    this stand-in; None before `up` made one. The stand-in images carry it too: uv 0.9 reads
+    UV_PYTHON_DOWNLOADS_JSON_URL from a local file only."""
+    made = cache / "python" / "downloads.json"
+    if not made.is_file():
+        return None
+    return made.read_text().replace("{base}", f"https://{HOSTS[0]}{PYTHONS}").encode()
+
+
 def python_download(path: str, cache: Path) -> tuple[int, bytes | Path, str] | None:
-    """uv's Python download metadata (for the URL prefix of this stand-in) or an archive (a
-    Path, streamed); None for another path."""
+    """uv's Python download list or an archive (a Path, streamed); None for another path."""
     if not path.startswith(PYTHONS + "/"):
         return None
     name, folder = urllib.parse.unquote(path.removeprefix(PYTHONS + "/")), cache / "python"
-    if name == "downloads.json" and (folder / name).is_file():
-        text = (folder / name).read_text().replace("{base}", f"https://{HOSTS[0]}{PYTHONS}")
-        return 200, text.encode(), "application/json"
+    if name == "downloads.json" and (listed := python_downloads_json(cache)) is not None:
+        return 200, listed, "application/json"
     if _ARCHIVE.match(name) and (folder / name).is_file():
         return 200, folder / name, "application/gzip"
     return 404, f"{path}: no such Python here (this machine's pyenv builds only)\n".encode(), \

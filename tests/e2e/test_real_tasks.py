@@ -193,8 +193,17 @@ def oracle_and_nop(shipyard: Shipyard, task: str) -> tuple[dict, dict]:
     shipyard.trial(f"{task}-oracle", task)
     shipyard.trial(f"{task}-nop", task, agent={"name": "nop"})
     oracle = shipyard.wait(f"{task}-oracle", timeout=900)
-    assert oracle["status"].get("reward") == 1, brief(oracle["status"])
+    assert oracle["status"].get("reward") == 1, (brief(oracle["status"]),
+                                                  phase_logs(shipyard, oracle, "verifier"))
     return oracle, shipyard.wait(f"{task}-nop", timeout=600)
+
+
+def phase_logs(shipyard: Shipyard, trial: dict, phase: str) -> str:
+    """What the trial's `phase` printed (from its logs ConfigMap)."""
+    name = trial["status"].get("logsConfigMap")
+    log = (shipyard.core.read_namespaced_config_map(name, shipyard.namespace).data or {}
+           ) if name else {}
+    return "\n".join(v for k, v in log.items() if phase in k)
 
 
 UV_IN_BUILD = """FROM ubuntu:24.04
@@ -248,7 +257,8 @@ def test_uvx_asking_for_python_3_13_gets_it_as_upstream(shipyard, base, prefix):
     if cpython.pyenv_cpython("3.13") is None:
         pytest.skip("this machine has no pyenv CPython 3.13 for the local cluster to serve")
     name = f"uv-313-{base.split(':')[0]}"
-    files = uv_task(f"FROM {base}\nWORKDIR /app\n", UV_313_TEST)
+    # Built afresh: a task image cached from before a change of the stand-ins keeps the old.
+    files = uv_task(f"FROM {base}\n# {uuid.uuid4().hex}\nWORKDIR /app\n", UV_313_TEST)
     files["tests/test_state.py"] = UV_313_STATE.replace("{prefix}", prefix)
     shipyard.task(name, files)
     oracle, nop = oracle_and_nop(shipyard, name)
