@@ -100,6 +100,13 @@ def ensure_uv_downloads(cache: Path) -> list[Path]:
     metadata uv reads (`downloads.json`, the format of UV_PYTHON_DOWNLOADS_JSON_URL) for the
     URL prefix `{base}`, filled in when served; the archives."""
     cache.mkdir(parents=True, exist_ok=True)
+    # Archives made by another version of this file are made again (a folder from before the
+    # stamp keeps its archives: they are this version's).
+    stamp, code = cache / "made-by", hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text().strip() != code:
+        for old in cache.glob("cpython-*.tar.gz*"):
+            old.unlink()
+    stamp.write_text(code + "\n")
     made, entries = [], {}
     for minor in PYTHON_MINORS:
         build = pyenv_cpython(minor)

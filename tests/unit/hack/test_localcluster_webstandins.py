@@ -137,3 +137,9 @@ def test_uvs_python_downloads_are_this_machines_builds_in_uvs_layout(tmp_path, m
     assert webstandins.answer(encoded, cache)[1] == archive
     for bad in ("../../../etc/passwd", "downloads.json/..", f"{archive.name}.sha256", "x.tar.gz"):
         assert webstandins.answer(f"{webstandins.PYTHONS}/{bad}", cache)[0] == 404, bad
+    before = archive.stat().st_mtime_ns
+    assert cpython.ensure_uv_downloads(python) == [archive]  # made once
+    assert archive.stat().st_mtime_ns == before
+    (python / "made-by").write_text("another version of cpython.py\n")
+    cpython.ensure_uv_downloads(python)  # made again by this one
+    assert archive.stat().st_mtime_ns != before
