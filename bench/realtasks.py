@@ -10,7 +10,8 @@ its own, pushes each task as a Task, runs the two trials and prints one line per
 
 - `pass`: oracle 1, nop 0;
 - `task`: the task's own defect (no solution, a nop that scores, an invalid task.toml that
-  Harbor refuses too);
+  Harbor refuses too, a solution importing a name that today's release of an unpinned
+  dependency lacks);
 - `environment`: this machine (no internet beyond the package registries, no GPU, no model API
   key, a base image with no local stand-in) — the evidence line says which;
 - `isolation`: the oracle's solution left a service running that the tests expect, and
@@ -83,6 +84,11 @@ COMPOSE_NO_DOCKERFILE = re.compile(r"services\.[^.\s]+\.build: \S+ not found \(t
 
 # What the runner writes into a phase's log when it ended what the phase left running.
 ISOLATION_LINE = "the phase left processes running, now ended"
+# The solution imports a name its (unpinned) dependency's release of today no longer has.
+NAME_GONE = re.compile(r"ImportError: cannot import name '[\w.]+' from '[\w.]+'")
+# A probe that fails while a container starts (a compose service's healthcheck before its
+# server listens): the kubelet's Warning, not evidence of what this machine lacks.
+PROBE_WARNING = re.compile(r"(Startup|Readiness|Liveness) probe failed")
 
 
 @dataclass
@@ -222,7 +228,8 @@ def run_task(cluster: Cluster, ns: str, path: Path, index: int, timeout: float,
         # The runner's line about processes it ended is in the agent's log, which a long
         # verifier log would push out of the tail kept.
         ended = [ln for ln in logs if ISOLATION_LINE in ln][:1]
-        run.evidence = [*messages(trial), *ended, *logs[-60:]]
+        gone = [ln for ln in logs if NAME_GONE.search(ln)][:1]
+        run.evidence = [*messages(trial), *ended, *gone, *logs[-60:]]
         outcome.runs.append(run)
     task = cluster.get(ns, "tasks", name)
     ready = [f"{c.get('reason')}: {c.get('message')}" for c in
@@ -278,8 +285,16 @@ def classify(outcome: Outcome, loaded: Any, ready: list[str], events: list[str])
     if _score(oracle) != 1 and ended and not offline:
         outcome.verdict, outcome.evidence = "isolation", ended.strip()[:240]
         return
+    gone = next((ln for ln in oracle.evidence if NAME_GONE.search(ln)), None)
+    if _score(oracle) != 1 and gone and not offline:
+        outcome.verdict = "task"
+        outcome.evidence = ("the solution imports a name that today's release of its "
+                            "dependency lacks (unpinned: Harbor installs the same today): "
+                            f"{gone.strip()}")[:300]
+        return
     for pattern, why in ENVIRONMENT_PATTERNS:
-        hit = next((ln for ln in lines if re.search(pattern, ln)), None)
+        hit = next((ln for ln in lines if re.search(pattern, ln) and not PROBE_WARNING.search(ln)),
+                   None)
         if hit:
             outcome.verdict = "environment"
             outcome.evidence = f"{why}: {hit.strip()[:240]}"
