@@ -25,6 +25,11 @@ from shipyard.api.reasons import Reason
 from shipyard.taskformat import LoadedTask, TaskFormatError
 from shipyard.taskformat.compose import ComposeEnvironment, load_compose
 from shipyard.taskformat.content_hash import environment_content_hash
+from shipyard.taskformat.network import (
+    AllowlistEntryType,
+    classify_allowlist_entry,
+    normalize_allowed_host,
+)
 from shipyard.taskformat.resolve import held
 
 ROLE_ENVIRONMENT = "environment"
@@ -123,8 +128,13 @@ class ImageSettings:
         )
 
 
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
-                       r"(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+def _host_name(name: str) -> str | None:
+    """`name` normalised when it is a host name (the allowlist's grammar), else None."""
+    try:
+        host = normalize_allowed_host(name)
+    except ValueError:
+        return None
+    return host if classify_allowlist_entry(host) == AllowlistEntryType.HOSTNAME else None
 
 
 def parse_add_hosts(value: str) -> tuple[tuple[str, str], ...]:
@@ -134,8 +144,8 @@ def parse_add_hosts(value: str) -> tuple[tuple[str, str], ...]:
         if not item.strip():
             continue
         name, sep, ip = (part.strip() for part in item.partition("="))
-        name = name.lower()
-        if not sep or not _HOSTNAME.match(name):
+        host = _host_name(name) if sep else None
+        if host is None:
             raise ImageSettingError(f"SHIPYARD_BUILD_ADD_HOSTS: {item.strip()!r} is not "
                                     "NAME=IP with a host name (e.g. mirror.internal=10.0.0.5)")
         try:
@@ -143,7 +153,7 @@ def parse_add_hosts(value: str) -> tuple[tuple[str, str], ...]:
         except ValueError:
             raise ImageSettingError(f"SHIPYARD_BUILD_ADD_HOSTS: {item.strip()!r}: {ip!r} is "
                                     "not an IP address") from None
-        pairs.append((name, ip))
+        pairs.append((host, ip))
     return tuple(pairs)
 
 

@@ -111,7 +111,8 @@ def test_build_extra_hosts_from_env_are_checked():
     assert s.add_hosts == (("astral.sh", "198.18.0.1"), ("pypi.internal", "fd00::5"))
     assert ImageSettings.from_env({}).add_hosts == ()
     for bad, why in (("astral.sh", "NAME=IP"), ("=1.2.3.4", "NAME=IP"),
-                     ("a b=1.2.3.4", "NAME=IP"), ("x.y=1.2.3", "not an IP"),
+                     ("a b=1.2.3.4", "NAME=IP"), ("1.2.3.4=1.2.3.5", "NAME=IP"),
+                     ("x.y=1.2.3", "not an IP"),
                      ("x.y=host.z", "not an IP"), ("-x.y=1.2.3.4", "NAME=IP")):
         with pytest.raises(ImageSettingError, match=f"SHIPYARD_BUILD_ADD_HOSTS.*{why}"):
             ImageSettings.from_env({"SHIPYARD_BUILD_ADD_HOSTS": bad})
