@@ -14,6 +14,7 @@ text files that name it (scripts' #!, sysconfig, python-config, pkg-config).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")
 # The prefix uv's own downloads were built with, which uv rewrites in their sysconfig data.
 UV_PREFIX = "/install"
 UV_ORIGIN_RUNPATH = b"$ORIGIN/../lib"
+CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+"""This file's version: what it made by another is made again (uv's archives, the images)."""
 
 
 def pyenv_cpython(minor: str) -> Path | None:
@@ -80,15 +83,23 @@ def copy_cpython(build: Path, dest: Path, prefix: str = "/usr/local") -> None:
             target.chmod(path.stat().st_mode & 0o7777)
 
 
-def origin_runpath(executable: Path, build: Path) -> None:
+def origin_runpath(executable: Path, build: Path) -> bool:
     """The interpreter's RUNPATH (the build's lib folder) made `$ORIGIN/../lib` in place, the
-    rest of the string's room NULs: it then finds its libpython wherever uv unpacks it."""
+    rest of the string's room NULs: it then finds its libpython wherever uv unpacks it. True
+    when the interpreter runs from anywhere now (a static one needs nothing), False when it
+    loads a libpython that it would not find."""
     data = executable.read_bytes()
     old = f"{build}/lib".encode() + b"\0"
-    if data.count(old) != 1 or len(old) <= len(UV_ORIGIN_RUNPATH):
-        raise ValueError(f"{executable}: no single RUNPATH {old[:-1]!r} to rewrite")
-    new = UV_ORIGIN_RUNPATH + b"\0" * (len(old) - len(UV_ORIGIN_RUNPATH))
-    executable.write_bytes(data.replace(old, new))
+    if data.count(old) == 1 and len(old) > len(UV_ORIGIN_RUNPATH):
+        new = UV_ORIGIN_RUNPATH + b"\0" * (len(old) - len(UV_ORIGIN_RUNPATH))
+        executable.write_bytes(data.replace(old, new))
+        return True
+    return b"libpython" not in data
+
+
+def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    return info
 
 
 def uv_download_name(build: Path) -> str:
@@ -102,7 +113,7 @@ def ensure_uv_downloads(cache: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     # Archives made by another version of this file are made again (a folder from before the
     # stamp keeps its archives: they are this version's).
-    stamp, code = cache / "made-by", hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    stamp, code = cache / "made-by", CODE
     if stamp.exists() and stamp.read_text().strip() != code:
         for old in cache.glob("cpython-*.tar.gz*"):
             old.unlink()
@@ -118,10 +129,17 @@ def ensure_uv_downloads(cache: Path) -> list[Path]:
             with tempfile.TemporaryDirectory(dir=cache) as tmp:
                 root = Path(tmp, "python")
                 copy_cpython(build, root, UV_PREFIX)
-                origin_runpath(root / "bin" / f"python{minor}", build)
+                if not origin_runpath(root / "bin" / f"python{minor}", build):
+                    print(f"  {build}: its interpreter's libpython cannot be found from "
+                          "another folder; uv gets no download of it", flush=True)
+                    continue
                 partial = Path(tmp, archive.name)
-                with tarfile.open(partial, "w:gz", compresslevel=1) as tar:
-                    tar.add(root, arcname="python")
+                # The same bytes each time for the same build (no times, owners): made again,
+                # an archive keeps its sha256, and the stand-in images that list it stay.
+                with open(partial, "wb") as raw, \
+                        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+                        tarfile.open(fileobj=gz, mode="w") as tar:
+                    tar.add(root, arcname="python", filter=_reproducible)
                 digest = hashlib.sha256(partial.read_bytes()).hexdigest()
                 shutil.move(partial, archive)
             digest_file.write_text(digest + "\n")

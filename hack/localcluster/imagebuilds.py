@@ -41,6 +41,7 @@ import urllib.request
 from pathlib import Path
 
 import buildnet
+from cpython import CODE as CPYTHON_CODE
 from cpython import PYTHON_MINORS, copy_cpython, pyenv_cpython
 from images import Image, _busybox_rootfs, build_archive, ensure_imported
 from kuberouter import BuildError
@@ -135,7 +136,7 @@ for _minor in PYTHON_MINORS:
     if _minor in CPYTHON_FROM_PYENV and (_build := pyenv_cpython(_minor)) is not None:
         STAND_INS[f"python-{_minor}"] = (
             f"FROM {BASE_REPO}\n" + _TRUST + cpython_layer(_minor)
-            + f"# {_build.name}\n"  # another pyenv build, another image
+            + f"# {_build.name} {CPYTHON_CODE[:12]}\n"  # another build or copy, another image
             + f'LABEL {STAND_IN_LABEL}="Debian bookworm with CPython {_build.name} (this '
             f"machine's pyenv build) in /usr/local: a local test stand-in, not the upstream "
             'python image"\n', _python_tags(_minor))
@@ -235,7 +236,7 @@ if (_build := pyenv_cpython("3.13")) is not None:
     # terminal-bench's python-3-13 is python:3.13-slim-bookworm with tmux and curl.
     STAND_INS["t-bench-python-3.13"] = (
         f"FROM {BASE_REPO}\n" + _TRUST + _APT.format("tmux curl") + cpython_layer("3.13")
-        + f"# {_build.name}\n"
+        + f"# {_build.name} {CPYTHON_CODE[:12]}\n"
         + f'LABEL {STAND_IN_LABEL}="Debian bookworm with tmux, curl and CPython {_build.name} '
         "(this machine's pyenv build) in /usr/local in place of terminal-bench's python-3-13 "
         'image: a local test stand-in"\n', _TB_PYTHON)

@@ -255,7 +255,9 @@ def test_uvx_asking_for_python_3_13_gets_it_as_upstream(shipyard, base, prefix):
     finally:
         sys.path.pop(0)
     if cpython.pyenv_cpython("3.13") is None:
-        pytest.skip("this machine has no pyenv CPython 3.13 for the local cluster to serve")
+        pytest.skip("this machine has no CPython 3.13 built by pyenv (~/.pyenv/versions/3.13.*), "
+                    "the only 3.13 the local cluster can put in python:3.13 or give uv here "
+                    "(docs/local-cluster.md)")
     name = f"uv-313-{base.split(':')[0]}"
     # Built afresh: a task image cached from before a change of the stand-ins keeps the old.
     files = uv_task(f"FROM {base}\n# {uuid.uuid4().hex}\nWORKDIR /app\n", UV_313_TEST)

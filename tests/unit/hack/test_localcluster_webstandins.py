@@ -141,5 +141,15 @@ def test_uvs_python_downloads_are_this_machines_builds_in_uvs_layout(tmp_path, m
     assert cpython.ensure_uv_downloads(python) == [archive]  # made once
     assert archive.stat().st_mtime_ns == before
     (python / "made-by").write_text("another version of cpython.py\n")
-    cpython.ensure_uv_downloads(python)  # made again by this one
-    assert archive.stat().st_mtime_ns != before
+    packed = archive.read_bytes()
+    cpython.ensure_uv_downloads(python)  # made again by this one, to the same bytes
+    assert archive.stat().st_mtime_ns != before and archive.read_bytes() == packed
+
+    # An interpreter that loads a libpython it would not find from uv's folder gets no
+    # download; a static one (no libpython) needs no rewrite.
+    (build / "bin" / "python3.13").write_bytes(b"\x7fELF\x00libpython3.13.so.1.0\x00")
+    (python / "made-by").write_text("again\n")
+    assert cpython.ensure_uv_downloads(python) == [] and not archive.exists()
+    assert json.loads((python / "downloads.json").read_text()) == {}
+    (build / "bin" / "python3.13").write_bytes(b"\x7fELF\x00static\x00")
+    assert cpython.ensure_uv_downloads(python) == [archive]
